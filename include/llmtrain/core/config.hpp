@@ -1,0 +1,57 @@
+// Config: every key of a run, declared once in config_keys.def.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace llmtrain {
+
+struct Config {
+#define LLMTRAIN_KEY(section, type, name, def, check, help) type name = def;
+#include "llmtrain/core/config_keys.def"
+#undef LLMTRAIN_KEY
+
+  // Sets one key from its text form (as in a config file or --key=value).
+  // Throws ConfigError naming the key, the value and what is allowed; an unknown
+  // key names the closest known one.
+  void set(const std::string& key, const std::string& value);
+  // The key's current value as text (the form set() accepts).
+  std::string get(const std::string& key) const;
+  // Reads `key = value` lines (# comments, blank lines); errors name file:line.
+  void load_file(const std::string& path);
+  // Cross-key checks (e.g. min_lr <= learning_rate). Throws ConfigError.
+  void validate() const;
+  // Fails with a clear message when a key asks for a feature this build does not
+  // have yet (NotBuiltError), instead of silently ignoring it.
+  void refuse_unbuilt() const;
+
+  nlohmann::json to_json() const;
+  static std::vector<std::string> key_names();
+  static bool has_key(const std::string& key);
+  // --help text grouped by section, and a Markdown table for docs/config.md.
+  static std::string help_text();
+  static std::string markdown_table();
+};
+
+// The command line of `llmtrain`: [config files...] [--key=value ...] [flags].
+struct CommandLine {
+  Config config;
+  std::vector<std::string> config_files;  // positional arguments, applied in order
+  bool help = false;
+  bool describe = false;     // print the model/memory description and exit
+  bool print_config = false; // print the resolved config and exit
+  int64_t describe_world_size = 8;  // world size assumed by --describe
+};
+
+// Parses argv with Boost.Program_options: positional config file(s) first, then
+// --key=value overrides (later wins). Throws ConfigError.
+CommandLine parse_command_line(int argc, const char* const* argv);
+
+// Levenshtein-closest of `candidates` to `word` (empty if none is close).
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace llmtrain

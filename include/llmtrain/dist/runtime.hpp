@@ -1,0 +1,62 @@
+// Runtime: the MPI process environment of one rank (rank, world, local rank,
+// device, threads) and the rule that an error on one rank ends the whole job.
+#pragma once
+#include <functional>
+#include <string>
+
+#include <torch/types.h>
+
+namespace llmtrain {
+
+struct Config;
+
+class Runtime {
+ public:
+  // MPI_Init_thread; checks the launch against Slurm (see check_launch).
+  Runtime(int& argc, char**& argv);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }   // rank among the ranks of this node
+  int local_size() const { return local_size_; }
+  int num_nodes() const { return num_nodes_; }
+  bool is_root() const { return rank_ == 0; }
+  const std::string& hostname() const { return hostname_; }
+  int mpi_thread_level() const { return thread_level_; }
+  std::string mpi_version() const;
+
+  // Device for `want` (auto|cpu|cuda): cuda:<local_rank % devices> where available.
+  // Also sets intra-op threads (num_threads, 0 = cores / local ranks) for LibTorch
+  // and OpenBLAS. Call once, after the config is known.
+  torch::Device setup_device(const Config& config);
+  torch::Device device() const { return device_; }
+  int num_threads() const { return num_threads_; }
+  std::string device_name() const;  // "cpu (AMD EPYC ...)" or the GPU name
+
+  void barrier() const;
+  // Ends every rank of the job with `code` (MPI_Abort); used after an error.
+  [[noreturn]] static void abort(int code);
+
+ private:
+  int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, num_nodes_ = 1;
+  int thread_level_ = 0;
+  int num_threads_ = 1;
+  std::string hostname_;
+  torch::Device device_{torch::kCPU};
+};
+
+// Checks that MPI's world size matches the Slurm allocation: SLURM_NTASKS ranks
+// started as SLURM_NTASKS singletons of world size 1 (srun without --mpi=pmix)
+// is refused with an explanation. Returns an empty string when fine, else the
+// message. Exposed for tests; LLMTRAIN_SKIP_SLURM_CHECK=1 disables it.
+std::string check_launch(int world_size, const std::function<const char*(const char*)>& getenv_fn);
+
+// Runs `body` with a Runtime; any exception on any rank prints its message
+// (naming the rank) and aborts the whole job with exit code 1, so no rank hangs
+// in a collective waiting for a dead peer. Returns body's exit code.
+int run_main(int argc, char** argv, const std::function<int(Runtime&)>& body);
+
+}  // namespace llmtrain

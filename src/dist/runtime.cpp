@@ -1,0 +1,179 @@
+#include "llmtrain/dist/runtime.hpp"
+
+#include <dlfcn.h>
+#include <malloc.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+#ifdef LLMTRAIN_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/core/log.hpp"
+
+namespace llmtrain {
+
+std::string check_launch(int world_size, const std::function<const char*(const char*)>& env) {
+  const char* skip = env("LLMTRAIN_SKIP_SLURM_CHECK");
+  if (skip && std::string(skip) == "1") return "";
+  if (!env("SLURM_JOB_ID")) return "";
+  const char* ntasks = env("SLURM_NTASKS");
+  if (!ntasks) ntasks = env("SLURM_NPROCS");
+  if (!ntasks) return "";
+  const int expected = std::atoi(ntasks);
+  if (expected <= 0 || expected == world_size) return "";
+  if (world_size == 1)
+    return fmt::format(
+        "this process sees an MPI world of 1 rank, but the Slurm job has SLURM_NTASKS={}: the tasks were "
+        "started as {} independent singletons that would each train alone. Launch through MPI: "
+        "`srun --mpi=pmix llmtrain ...` (check `srun --mpi=list`) or `mpirun -np $SLURM_NTASKS llmtrain ...` "
+        "inside the allocation. (LLMTRAIN_SKIP_SLURM_CHECK=1 skips this check.)",
+        expected, expected);
+  return fmt::format(
+      "MPI world size is {} but the Slurm job has SLURM_NTASKS={}. Start one rank per task "
+      "(`srun --mpi=pmix` or `mpirun -np $SLURM_NTASKS`), or set LLMTRAIN_SKIP_SLURM_CHECK=1 if the "
+      "mismatch is intended.",
+      world_size, expected);
+}
+
+Runtime::Runtime(int& argc, char**& argv) {
+  // Big per-step tensors (logits and their gradients) would otherwise be mmapped
+  // and returned to the kernel every step: keep freed memory in the process.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+
+  int provided = 0;
+  MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+  thread_level_ = provided;
+  // Errors come back as codes and go through MPI_CHECK instead of aborting silently.
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
+  log::set_rank(rank_, rank_ == 0);
+
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
+  MPI_CHECK(MPI_Comm_size(local, &local_size_));
+  MPI_CHECK(MPI_Comm_free(&local));
+  int is_leader = local_rank_ == 0 ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(&is_leader, &num_nodes_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  hostname_ = host;
+
+  const std::string launch = check_launch(world_size_, [](const char* k) { return std::getenv(k); });
+  if (!launch.empty()) throw Error(launch);
+}
+
+Runtime::~Runtime() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin) MPI_Finalize();
+}
+
+std::string Runtime::mpi_version() const {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  std::string s(v, len);
+  const auto nl = s.find_first_of("\n,");
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+namespace {
+// OpenBLAS starts its own thread pool whatever LibTorch is told; set it through
+// its C API when the loaded BLAS is OpenBLAS.
+void set_blas_threads(int n) {
+  using setter = void (*)(int);
+  if (auto f = reinterpret_cast<setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto c = line.find(':');
+      if (c != std::string::npos) return line.substr(c + 2);
+    }
+  return "unknown CPU";
+}
+}  // namespace
+
+torch::Device Runtime::setup_device(const Config& config) {
+  const bool have_cuda = torch::cuda::is_available();
+  if (config.device == "cuda" && !have_cuda)
+    throw Error(fmt::format("device=cuda was requested on rank {} ({}), but {}", rank_, hostname_,
+#ifdef LLMTRAIN_WITH_CUDA
+                            "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the job's --gpus)"
+#else
+                            "this llmtrain was built without CUDA (LLMTRAIN_USE_CUDA=OFF)"
+#endif
+                            ));
+  if (config.device != "cpu" && have_cuda) {
+    const int n = static_cast<int>(torch::cuda::device_count());
+    const int idx = local_rank_ % n;
+    if (local_size_ > n)
+      log::warn("{} ranks on node {} share {} GPUs", local_size_, hostname_, n);
+#ifdef LLMTRAIN_WITH_CUDA
+    CUDA_CHECK(cudaSetDevice(idx));
+#endif
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(idx));
+  } else {
+    device_ = torch::Device(torch::kCPU);
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  num_threads_ = config.num_threads > 0 ? static_cast<int>(config.num_threads)
+                                        : std::max(1, cores / std::max(1, local_size_));
+  torch::set_num_threads(num_threads_);
+  set_blas_threads(num_threads_);
+  return device_;
+}
+
+std::string Runtime::device_name() const {
+#ifdef LLMTRAIN_WITH_CUDA
+  if (device_.is_cuda()) {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_.index()));
+    return prop.name;
+  }
+#endif
+  return "cpu (" + cpu_model() + ")";
+}
+
+void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+void Runtime::abort(int code) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+int run_main(int argc, char** argv, const std::function<int(Runtime&)>& body) {
+  std::unique_ptr<Runtime> rt;
+  try {
+    rt = std::make_unique<Runtime>(argc, argv);
+    const int code = body(*rt);
+    rt.reset();
+    return code;
+  } catch (const std::exception& e) {
+    log::write_err_all(fmt::format("error: {}", e.what()));
+    if (rt && rt->world_size() > 1) Runtime::abort(1);
+    return 1;
+  }
+}
+
+}  // namespace llmtrain

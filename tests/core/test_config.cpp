@@ -1,0 +1,162 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/core/error.hpp"
+#include "test_util.hpp"
+
+using llmtrain::CommandLine;
+using llmtrain::Config;
+using llmtrain::ConfigError;
+
+namespace {
+CommandLine parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "llmtrain");
+  std::vector<const char*> argv;
+  for (auto& a : args) argv.push_back(a.c_str());
+  return llmtrain::parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+std::string write_cfg(const std::string& name, const std::string& text) {
+  auto p = llmtrain::testing::scratch_dir("config") / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+}  // namespace
+
+TEST(Config, DefaultsComeFromTheDeclaration) {
+  Config c;
+  EXPECT_EQ(c.batch_size, 12);
+  EXPECT_EQ(c.get("batch_size"), "12");
+  EXPECT_EQ(c.get("use_zero1"), "False");
+  EXPECT_EQ(c.attention_backend, "sdpa");
+}
+
+TEST(Config, EverySeedKeyIsDeclared) {
+  for (const char* k : {"batch_size", "gradient_accumulation_steps", "block_size", "max_iters", "eval_interval",
+                        "eval_iters", "log_interval", "gradient_log_interval", "learning_rate", "min_lr",
+                        "weight_decay", "beta1", "beta2", "grad_clip", "warmup_iters", "lr_decay_iters", "dtype",
+                        "compile", "attention_backend", "use_zero1", "use_fsdp", "use_cuda_graphs",
+                        "use_dataloader", "dataloader_num_workers", "dataloader_prefetch_factor",
+                        "always_save_checkpoint", "init_from", "eval_only", "out_dir", "seed", "data_dir",
+                        "n_layer", "n_head", "n_embd", "vocab_size"})
+    EXPECT_TRUE(Config::has_key(k)) << k;
+}
+
+TEST(Config, BooleansAcceptPythonAndCSpellings) {
+  Config c;
+  for (const char* t : {"True", "true", "1"}) {
+    c.compile = false;
+    c.set("compile", t);
+    EXPECT_TRUE(c.compile) << t;
+  }
+  for (const char* f : {"False", "false", "0"}) {
+    c.compile = true;
+    c.set("compile", f);
+    EXPECT_FALSE(c.compile) << f;
+  }
+  EXPECT_NE(error_of([&] { c.set("compile", "yes"); }).find("True, False, true, false, 1 or 0"), std::string::npos);
+}
+
+TEST(Config, FileThenOverridesInOrder) {
+  const auto f = write_cfg("a.cfg",
+                           "# a preset\n"
+                           "batch_size = 4   # per rank\n"
+                           "\n"
+                           "learning_rate=3e-4\n"
+                           "out_dir = 'out-test'\n"
+                           "attention_backend = \"manual\"\n");
+  auto cl = parse({f, "--batch_size=8", "--compile=True", "--max_iters", "200"});
+  EXPECT_EQ(cl.config_files.size(), 1u);
+  EXPECT_EQ(cl.config.batch_size, 8);
+  EXPECT_DOUBLE_EQ(cl.config.learning_rate, 3e-4);
+  EXPECT_EQ(cl.config.out_dir, "out-test");
+  EXPECT_EQ(cl.config.attention_backend, "manual");
+  EXPECT_TRUE(cl.config.compile);
+  EXPECT_EQ(cl.config.max_iters, 200);
+}
+
+TEST(Config, UnknownKeyNamesTheClosest) {
+  const std::string e = error_of([] { parse({"--batch_szie=3"}); });
+  EXPECT_NE(e.find("'batch_szie'"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'batch_size'"), std::string::npos) << e;
+
+  const auto f = write_cfg("typo.cfg", "max_iter = 10\n");
+  const std::string e2 = error_of([&] { parse({f}); });
+  EXPECT_NE(e2.find("typo.cfg:1"), std::string::npos) << e2;
+  EXPECT_NE(e2.find("did you mean 'max_iters'"), std::string::npos) << e2;
+}
+
+TEST(Config, BadValuesNameKeyValueAndWhatIsAllowed) {
+  const std::string e1 = error_of([] { parse({"--batch_size=abc"}); });
+  EXPECT_NE(e1.find("'batch_size'"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("'abc'"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("integer"), std::string::npos) << e1;
+
+  const std::string e2 = error_of([] { parse({"--batch_size=0"}); });
+  EXPECT_NE(e2.find("> 0"), std::string::npos) << e2;
+
+  const std::string e3 = error_of([] { parse({"--attention_backend=flash"}); });
+  EXPECT_NE(e3.find("flash_attn_3, flash_attn_2, sdpa, manual"), std::string::npos) << e3;
+
+  const std::string e4 = error_of([] { parse({"--learning_rate=fast"}); });
+  EXPECT_NE(e4.find("'learning_rate'"), std::string::npos) << e4;
+
+  const auto f = write_cfg("bad.cfg", "batch_size = 4\nthis line has no equals\n");
+  const std::string e5 = error_of([&] { parse({f}); });
+  EXPECT_NE(e5.find("bad.cfg:2"), std::string::npos) << e5;
+
+  const std::string e6 = error_of([] { parse({"/nonexistent/x.cfg"}); });
+  EXPECT_NE(e6.find("/nonexistent/x.cfg"), std::string::npos) << e6;
+
+  const std::string e7 = error_of([] { parse({"--beta2=1.5"}); });
+  EXPECT_NE(e7.find("[0, 1)"), std::string::npos) << e7;
+}
+
+TEST(Config, CrossKeyValidation) {
+  Config c;
+  c.min_lr = 1.0;
+  EXPECT_NE(error_of([&] { c.validate(); }).find("min_lr"), std::string::npos);
+  Config g;
+  g.n_head = 12;
+  g.n_kv_head = 5;
+  EXPECT_NE(error_of([&] { g.validate(); }).find("n_kv_head"), std::string::npos);
+}
+
+TEST(Config, UnbuiltFeaturesAreRefusedNotIgnored) {
+  Config c;
+  EXPECT_NO_THROW(c.refuse_unbuilt());
+  c.use_cuda_graphs = true;
+  EXPECT_THROW(c.refuse_unbuilt(), llmtrain::NotBuiltError);
+}
+
+TEST(Config, JsonHasEveryKeyWithItsType) {
+  Config c;
+  const auto j = c.to_json();
+  EXPECT_EQ(j.size(), Config::key_names().size());
+  EXPECT_TRUE(j["batch_size"].is_number_integer());
+  EXPECT_TRUE(j["learning_rate"].is_number_float());
+  EXPECT_TRUE(j["compile"].is_boolean());
+  EXPECT_TRUE(j["dtype"].is_string());
+}
+
+TEST(Config, HelpListsEveryKey) {
+  const std::string h = Config::help_text();
+  for (const auto& k : Config::key_names()) EXPECT_NE(h.find("--" + k + "="), std::string::npos) << k;
+  EXPECT_NE(h.find("[rmsnorm|layernorm]"), std::string::npos);
+}
+
+TEST(Config, ClosestMatch) {
+  EXPECT_EQ(llmtrain::closest_match("lerning_rate", Config::key_names()), "learning_rate");
+  EXPECT_EQ(llmtrain::closest_match("zzzzzzzzzzzzzzzzzzzzzz", Config::key_names()), "");
+}

@@ -1,0 +1,31 @@
+// Helpers shared by the tests.
+#pragma once
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "llmtrain/dist/runtime.hpp"
+
+namespace llmtrain::testing {
+
+// The Runtime of this test process (MPI initialized by test_main.cpp).
+Runtime& runtime();
+
+inline std::string source_dir() {
+  const char* s = std::getenv("LLMTRAIN_SOURCE_DIR");
+  return s ? s : LLMTRAIN_TEST_SOURCE_DIR;
+}
+inline std::string build_dir() {
+  const char* s = std::getenv("LLMTRAIN_BUILD_DIR");
+  return s ? s : LLMTRAIN_TEST_BUILD_DIR;
+}
+
+// A fresh directory for one test, the same path on every rank (created by every
+// rank; tests that need it empty remove it on rank 0 before a barrier).
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  auto p = std::filesystem::path(build_dir()) / "test-scratch" / name;
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+}  // namespace llmtrain::testing
