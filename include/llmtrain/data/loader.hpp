@@ -1,0 +1,57 @@
+// TokenLoader: world-size-independent random windows from HDF5 token shards.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/types.h>
+
+namespace llmtrain {
+
+struct Config;
+class Runtime;
+
+struct Batch {
+  torch::Tensor x;  // (B, T) int64, on the training device
+  torch::Tensor y;  // (B, T) int64, x shifted by one token
+};
+
+// What the data directory's index says (docs/data-format.md).
+struct DataInfo {
+  std::string dir;
+  int64_t vocab_size = 0;
+  std::string tokenizer;       // e.g. "byte", "gpt2"
+  std::string tokenizer_hash;  // "" for built-in tokenizers
+  int64_t train_tokens = 0, val_tokens = 0;
+  int64_t train_shards = 0, val_shards = 0;
+  std::string token_dtype;     // "uint16" | "uint32"
+};
+
+// Reads and checks data_dir's index and shard headers (DataError naming the file
+// on anything missing or inconsistent).
+DataInfo read_data_info(const std::string& data_dir);
+
+class TokenLoader {
+ public:
+  // split: "train" | "val". `stream` separates independent sample streams of the
+  // same split (e.g. 0 = training, 1 = evaluation).
+  TokenLoader(const Config& config, const Runtime& rt, const std::string& split, torch::Device device,
+              uint64_t stream = 0);
+  ~TokenLoader();
+
+  // The next micro-batch of this rank. Position p (micro-batches consumed so far)
+  // maps to iteration i = p / accum and micro-step m = p % accum; row b of it is
+  // global sample k = (rank * accum + m) * batch_size + b of iteration i, and
+  // sample k of iteration i is a pure function of (seed, stream, i, k): the data
+  // order is the same for every world size with the same global batch.
+  Batch next();
+  int64_t position() const;
+  void seek(int64_t position);
+  const DataInfo& info() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmtrain

@@ -1,0 +1,42 @@
+// Strategy: how gradients and optimizer state are shared across ranks (plain
+// data parallel, ZeRO-1, FSDP). Applied to the model from outside; owns the
+// optimizer because ZeRO-1/FSDP shard its state.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "llmtrain/model/transformer.hpp"
+
+namespace llmtrain {
+
+struct Config;
+class Collectives;
+class Runtime;
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  // Backward of one micro-step's loss (already divided by the accumulation
+  // steps). Only when `last_micro` may gradients be communicated.
+  virtual void backward(const torch::Tensor& loss, bool last_micro) = 0;
+  // Waits for outstanding gradient traffic; afterwards each rank's gradients are
+  // the average over all ranks (for its shard, where sharded).
+  virtual void finish_gradients() = 0;
+  // Global L2 norm of the averaged gradient across all ranks and shards.
+  virtual double grad_norm() = 0;
+  // Scales gradients by clip_coef (1 = none), AdamW step at `lr`, zero gradients.
+  virtual void step(double lr, double clip_coef) = 0;
+  // Seconds spent waiting on communication that did not overlap compute since
+  // the last call.
+  virtual double take_exposed_comm_seconds() = 0;
+  // Bytes of optimizer state (moments, master weights) held by this rank.
+  virtual int64_t optimizer_state_bytes() const = 0;
+};
+
+// Picks the strategy the config asks for (use_zero1 / use_fsdp / plain DDP).
+// Broadcasts rank 0's parameters so every rank starts identical.
+std::unique_ptr<Strategy> make_strategy(const Config& config, Transformer model, Collectives& comm);
+
+}  // namespace llmtrain
