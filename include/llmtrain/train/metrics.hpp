@@ -1,0 +1,149 @@
+// Per-iteration training metrics: synchronized wall time, tokens/s, achieved
+// TFLOP/s, MFU (DESIGN's rule), a phase breakdown that sums to the iteration
+// time, memory and gradient-norm statistics, and a self-check that refuses to
+// report numbers that contradict each other.
+#pragma once
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
+
+#include "llmtrain/train/device_peaks.hpp"
+
+namespace llmtrain {
+
+// Timed parts of one iteration; "other" is the iteration time minus these.
+enum class Phase { data = 0, forward_backward, communication, optimizer };
+constexpr int kNumPhases = 4;
+// Run-log / console names: "data_ms", "forward_backward_ms", "communication_ms",
+// "optimizer_ms" (and "other_ms").
+const char* phase_name(Phase p);
+
+struct MemoryStats {
+  double allocated_gb = 0.0;  // CUDA: caching allocator allocated; CPU: resident set (VmRSS)
+  double peak_gb = 0.0;       // CUDA: peak allocated since the last reset; CPU: VmHWM
+  double reserved_gb = 0.0;   // CUDA: reserved by the caching allocator; CPU: VmRSS
+  bool from_cuda = false;
+};
+// GB = 1e9 bytes.
+MemoryStats memory_stats(const torch::Device& device);
+// Starts a new peak window (CUDA only; a no-op on CPU, where VmHWM is the process peak).
+void reset_peak_memory(const torch::Device& device);
+
+// Gradient norms of one iteration (every gradient_log_interval).
+struct GradNormStats {
+  double global_norm = 0.0;   // over all parameters and ranks, before clipping
+  double min_norm = 0.0, max_norm = 0.0;
+  std::string min_name, max_name;  // parameter names of the extremes
+  bool clipped = false;       // grad_clip > 0 and global_norm > grad_clip
+};
+// Per-parameter L2 norms of the gradients this rank holds (parameters without a
+// gradient are skipped). With sharded gradients these are the local shards.
+std::vector<std::pair<std::string, double>> parameter_grad_norms(
+    const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters);
+GradNormStats summarize_grad_norms(const std::vector<std::pair<std::string, double>>& norms,
+                                   double global_norm, double grad_clip);
+
+// Everything fixed for a run that the per-iteration numbers are derived from.
+struct MetricsSetup {
+  double flops_per_token = 0.0;     // ModelConfig::flops_per_token() (6N + 12LHQT)
+  double flops_per_token_6n = 0.0;  // ModelConfig::flops_per_token_6n(), for comparison only
+  int64_t tokens_per_iter = 0;      // global: batch_size x grad_accum x world_size x block_size
+  int64_t num_devices = 1;          // world size (one device per rank)
+  PeakInfo peak;                    // per device
+  torch::Device device{torch::kCPU};
+};
+
+struct IterationMetrics {
+  int64_t iter = 0;
+  double loss = 0.0, lr = 0.0;
+  double dt_ms = 0.0;
+  int64_t tokens = 0;                  // global tokens of the iteration
+  double tokens_per_sec = 0.0;         // global
+  double tokens_per_sec_per_device = 0.0;
+  double achieved_tflops = 0.0;        // global (all devices)
+  std::optional<double> mfu;           // percent; nullopt when the peak is unknown
+  std::array<double, kNumPhases> phase_ms{};
+  double other_ms = 0.0;               // dt_ms - sum(phase_ms)
+  MemoryStats memory;
+  std::optional<double> grad_norm;     // every iteration the trainer has one
+  std::optional<GradNormStats> grad_stats;  // every gradient_log_interval
+  std::vector<std::string> errors;     // self-check failures; non-empty = do not trust
+
+  // One training_iterations[] record of the run log (docs/run-log.md).
+  nlohmann::json to_json() const;
+};
+
+// Derives tokens/s, achieved TFLOP/s and MFU from the measured window and runs
+// the self-check. Pure: the tests call it with hand-computed numbers.
+IterationMetrics compute_iteration_metrics(const MetricsSetup& setup, int64_t iter, double dt_s,
+                                           int64_t tokens);
+
+// The self-check on the figures of one record (also used by llmtrain-report on
+// logs read from disk): MFU > 100%, tokens/s != tokens / time, TFLOP/s !=
+// tokens/s x FLOPs/token, MFU != TFLOP/s / peak, phases not summing to dt.
+// `flops_per_token` and `peak_total_tflops` may be 0 when unknown (checks skipped).
+std::vector<std::string> check_iteration_record(const nlohmann::json& record, double flops_per_token,
+                                                double peak_total_tflops);
+
+class Metrics {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit Metrics(MetricsSetup setup);
+
+  // Adds the time it lives to `phase` of the current iteration (micro-batches add up).
+  class [[nodiscard]] PhaseTimer {
+   public:
+    PhaseTimer(Metrics* m, Phase p) : m_(m), p_(p), t0_(Clock::now()) {}
+    PhaseTimer(PhaseTimer&& o) noexcept : m_(o.m_), p_(o.p_), t0_(o.t0_) { o.m_ = nullptr; }
+    PhaseTimer(const PhaseTimer&) = delete;
+    PhaseTimer& operator=(const PhaseTimer&) = delete;
+    PhaseTimer& operator=(PhaseTimer&&) = delete;
+    ~PhaseTimer() { stop(); }
+    void stop();  // ends it early
+   private:
+    Metrics* m_;
+    Phase p_;
+    Clock::time_point t0_;
+  };
+
+  // Call right after a device synchronization: opens the iteration's window.
+  void start_iter();
+  PhaseTimer phase(Phase p) { return PhaseTimer(this, p); }
+  // Call right after a device synchronization: closes the window, derives every
+  // figure, reads memory, runs the self-check and keeps the record for summary().
+  // `grad_stats` only on gradient_log_interval iterations.
+  IterationMetrics end_iter(int64_t iter, double loss, double lr, std::optional<double> grad_norm,
+                            std::optional<GradNormStats> grad_stats = std::nullopt);
+
+  const MetricsSetup& setup() const { return setup_; }
+  const std::vector<IterationMetrics>& history() const { return history_; }
+  // The run log's "summary": means over iterations after the first
+  // `warmup_iters` recorded ones (all of them if there are no more).
+  nlohmann::json summary(int64_t warmup_iters) const;
+
+ private:
+  friend class PhaseTimer;
+  void add_phase(Phase p, double seconds) { phase_s_[static_cast<int>(p)] += seconds; }
+  MetricsSetup setup_;
+  Clock::time_point iter_t0_{};
+  bool in_iter_ = false;
+  std::array<double, kNumPhases> phase_s_{};
+  std::vector<IterationMetrics> history_;
+};
+
+// Summary of a list of training_iterations[] records (run log JSON), skipping
+// the first `warmup_iters` records: mean dt_ms, tokens/s, TFLOP/s, MFU, peak memory.
+nlohmann::json summarize_records(const nlohmann::json& records, int64_t warmup_iters);
+
+// Console: the line printed every log_interval.
+std::string format_iteration_line(const IterationMetrics& m, int64_t max_iters);
+
+}  // namespace llmtrain

@@ -1,0 +1,55 @@
+// Progress bar with it/s and ETA: redrawn in place on a terminal, plain
+// periodic lines when stdout is a file (as under Slurm), silent off rank 0.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace llmtrain {
+
+class ProgressBar {
+ public:
+  enum class Mode { terminal, file, off };
+  // terminal if rank 0 and stdout is a tty, file if rank 0 otherwise, off elsewhere.
+  static Mode detect_mode();
+
+  // Iterations [start_iter, end_iter). In file mode a line is written at most
+  // every `file_interval_s` seconds (and at the end).
+  ProgressBar(int64_t start_iter, int64_t end_iter, Mode mode, std::FILE* out = stdout,
+              double file_interval_s = 30.0, int width = 30);
+  ~ProgressBar();
+
+  // `done_iter` iterations completed (absolute index + 1). Uses the wall clock.
+  void update(int64_t done_iter);
+  // Same, with the seconds since construction given (tests).
+  void update_at(int64_t done_iter, double elapsed_s);
+  // Prints a full line (the log_interval line) without tearing the bar:
+  // clears it, prints, redraws. Works in every mode (off: prints nothing).
+  void print_line(const std::string& line);
+  // Final state line; idempotent.
+  void finish();
+
+  // The bar text for a state, e.g. "[#####-----] 120/5000 2.4% 3.10 it/s ETA 00:26:14".
+  std::string render(int64_t done_iter, double elapsed_s) const;
+  Mode mode() const { return mode_; }
+
+ private:
+  void write(const std::string& s);
+  int64_t start_, end_;
+  Mode mode_;
+  std::FILE* out_;
+  double file_interval_s_;
+  int width_;
+  std::chrono::steady_clock::time_point t0_;
+  double last_file_line_s_ = -1e300;
+  int64_t last_done_ = -1;
+  double last_elapsed_s_ = 0.0;
+  bool bar_visible_ = false;
+  bool finished_ = false;
+};
+
+// "01:02:03" (or "3d 01:02:03"); "--:--:--" for a non-finite or negative value.
+std::string format_duration(double seconds);
+
+}  // namespace llmtrain

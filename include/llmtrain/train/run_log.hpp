@@ -1,0 +1,88 @@
+// The run log: out_dir/run_<timestamp>.json, written by rank 0 and replaced
+// atomically (temp file + rename) as the run goes, so it can be read mid-run.
+// Schema: docs/run-log.md. Also the console start-up block, built from the same facts.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "llmtrain/train/device_peaks.hpp"
+
+namespace llmtrain {
+
+struct Config;
+struct ModelConfig;
+struct MetricsSetup;
+
+// Facts about this run that the Config does not hold.
+struct RunEnvironment {
+  int world_size = 1;
+  int num_nodes = 1;
+  std::string hostname;
+  std::vector<std::string> device_names;  // one per rank (or one, if all equal)
+  std::string device_type = "cpu";        // "cpu" | "cuda"
+  int threads_per_rank = 1;
+  std::string attention_backend_used;     // after the fallback chain
+  std::string parallelism;                // e.g. "DDP (MPI allreduce)", "ZeRO-1 (NCCL)", "FSDP"
+};
+
+// Versions of the libraries this binary runs with: libtorch (TORCH_VERSION),
+// mpi (MPI_Get_library_version), hdf5 (H5get_libversion), nccl (when built), llmtrain.
+nlohmann::json library_versions();
+
+// startup_info of the run log: {"config": {every Config key, world_size,
+// gradient_accumulation_steps_per_gpu, attention_backend_used, versions, devices ...},
+// "model": {...}, "mfu": {...}, "start_time": ...}.
+nlohmann::json make_startup_info(const Config& config, const ModelConfig& model,
+                                 const RunEnvironment& env, const MetricsSetup& metrics);
+
+// The console start-up block: hardware, devices, precision, parallelism, model,
+// peak and FLOP convention, tokens/s expected at 50% MFU. Several lines.
+std::string format_startup_block(const Config& config, const ModelConfig& model,
+                                 const RunEnvironment& env, const MetricsSetup& metrics);
+
+class RunLog {
+ public:
+  // `enabled` = false (ranks other than 0) makes every call a no-op. Creates
+  // out_dir; the file is out_dir/run_<YYYYmmdd_HHMMSS>.json (a suffix _2, _3 ...
+  // if that name exists). `min_flush_seconds`: flush() calls closer together than
+  // this are skipped unless forced (bounds the cost of rewriting a long log).
+  RunLog(const std::string& out_dir, bool enabled, double min_flush_seconds = 10.0);
+
+  void set_startup_info(nlohmann::json startup_info);
+  void add_iteration(const nlohmann::json& record);   // a training_iterations[] entry
+  void add_eval(const nlohmann::json& result);        // an eval_results[] entry
+  void add_error(const std::string& message);         // errors[]: failed self-checks ...
+  void set_summary(nlohmann::json summary);
+
+  // Rewrites the file atomically; skipped when the last write was less than
+  // min_flush_seconds ago unless `force`. Returns whether it wrote.
+  bool flush(bool force = false);
+
+  const std::string& path() const { return path_; }
+  bool enabled() const { return enabled_; }
+  size_t num_iterations() const { return num_iterations_; }
+
+ private:
+  bool enabled_;
+  double min_flush_seconds_;
+  std::string path_;
+  nlohmann::json startup_info_ = nlohmann::json::object();
+  // Iteration records are serialized once, when added, and kept as text: a flush
+  // costs one write of the file, not a re-serialization of every record.
+  std::string iterations_text_;
+  size_t num_iterations_ = 0;
+  nlohmann::json eval_results_ = nlohmann::json::array();
+  nlohmann::json errors_ = nlohmann::json::array();
+  nlohmann::json summary_ = nlohmann::json::object();
+  std::chrono::steady_clock::time_point last_flush_{};
+  bool flushed_once_ = false;
+};
+
+// Writes `text` to `path` atomically: path.tmp.<pid> then rename(2).
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace llmtrain
