@@ -1,0 +1,236 @@
+# jobs/common.sh — settings and helpers shared by every llmtrain sbatch template.
+# Sourced (not run) by jobs/*.sbatch, inside the allocation, in bash.
+#
+# Everything a user varies is an environment variable with a default. sbatch
+# exports the submitting shell's environment by default, so
+#     MODEL=inputs/llama2_7b.cfg ITERS=200 sbatch jobs/tier2.sbatch
+# works; the node/GPU counts are sbatch's own options (--nodes, --gpus-per-node,
+# --ntasks-per-node), which jobs/submit.sh fills from NODES / GPUS_PER_NODE.
+#
+#   MODEL          preset config file (first positional argument of llmtrain); empty = none
+#   ITERS          optimizer steps (--max_iters)                         [template default]
+#   DATA_DIR       token shards from llmtrain-prepare (--data_dir)       [$LLMTRAIN_ROOT/data/sotu_byte]
+#   OUT_ROOT       where run directories go                              [$SLURM_SUBMIT_DIR/out]
+#   OUT_DIR        exact run directory (overrides OUT_ROOT/<job>_<id>)
+#   EXTRA_ARGS     more llmtrain flags, applied last (they win): "--block_size=2048 --seed=7"
+#   VARIANTS       which variants a multi-run template runs (see each template)
+#   LLMTRAIN_ROOT  source tree or install prefix share/llmtrain   [parent of this jobs/ dir]
+#   LLMTRAIN_BIN   directory holding llmtrain, llmtrain-prepare, llmtrain-report
+#                  [$LLMTRAIN_ROOT/build/bin if it exists, else from PATH]
+#   LLMTRAIN_ENV   how to get the software: none | spack | modules          [none]
+#   LLMTRAIN_SPACK_ENV  Spack environment dir or name (LLMTRAIN_ENV=spack)  [$LLMTRAIN_ROOT]
+#   LLMTRAIN_MODULES    modules to load (LLMTRAIN_ENV=modules), e.g. "gcc/12 openmpi/4.1 cuda/12.4 llmtrain"
+#   LLMTRAIN_LAUNCHER   srun | mpirun                                        [srun]
+#   LLMTRAIN_SRUN_MPI   srun --mpi plugin: pmix (pmi2 fails with Debian's Open MPI) [pmix]
+#   THREADS_PER_RANK    intra-op CPU threads per rank  [$SLURM_CPUS_PER_TASK, else llmtrain decides]
+#   NCCL_*              passed through; defaults below only where unset
+#
+# Pre-emption contract (templates ask for `#SBATCH --signal=B:USR1@120 --requeue`):
+# Slurm sends SIGUSR1 to this batch shell 120 s before the time limit (or when
+# the job is pre-empted with a grace time); llmtrain_run forwards it to the
+# launcher, which forwards it to every rank. llmtrain then finishes the current
+# iteration, writes a checkpoint and exits with LLMTRAIN_REQUEUE_EXIT_CODE
+# (124, "stopped early, resumable"). On that code the template requeues the job
+# (`scontrol requeue`); the requeued job sees SLURM_RESTART_COUNT > 0, skips the
+# variants it already finished (marker file .done) and passes --init_from=resume
+# for the interrupted one. Any other non-zero code is a failure and is not requeued.
+
+# ---- where things are -------------------------------------------------------
+_llmtrain_common_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+: "${LLMTRAIN_ROOT:=$(cd "$_llmtrain_common_dir/.." && pwd)}"
+export LLMTRAIN_ROOT
+LLMTRAIN_JOBS_DIR=$_llmtrain_common_dir
+export LLMTRAIN_JOBS_DIR
+: "${LLMTRAIN_REQUEUE_EXIT_CODE:=124}"
+
+llmtrain_log() { printf '[%s llmtrain-job] %s\n' "$(date +%H:%M:%S)" "$*"; }
+llmtrain_die() { printf '[%s llmtrain-job] ERROR: %s\n' "$(date +%H:%M:%S)" "$*" >&2; exit 1; }
+
+# ---- software environment ---------------------------------------------------
+: "${LLMTRAIN_ENV:=none}"
+case "$LLMTRAIN_ENV" in
+  none) ;;
+  spack)
+    if ! command -v spack >/dev/null 2>&1; then
+      [[ -n "${SPACK_ROOT:-}" && -f "$SPACK_ROOT/share/spack/setup-env.sh" ]] ||
+        llmtrain_die "LLMTRAIN_ENV=spack but 'spack' is not on PATH and SPACK_ROOT is not set"
+      # shellcheck disable=SC1091
+      source "$SPACK_ROOT/share/spack/setup-env.sh"
+    fi
+    spack env activate "${LLMTRAIN_SPACK_ENV:-$LLMTRAIN_ROOT}" ||
+      llmtrain_die "spack env activate '${LLMTRAIN_SPACK_ENV:-$LLMTRAIN_ROOT}' failed"
+    ;;
+  modules)
+    command -v module >/dev/null 2>&1 || type module >/dev/null 2>&1 ||
+      llmtrain_die "LLMTRAIN_ENV=modules but the 'module' command is not available in this shell"
+    [[ -n "${LLMTRAIN_MODULES:-}" ]] || llmtrain_die "LLMTRAIN_ENV=modules needs LLMTRAIN_MODULES (e.g. 'openmpi cuda llmtrain')"
+    # shellcheck disable=SC2086
+    module load $LLMTRAIN_MODULES || llmtrain_die "module load $LLMTRAIN_MODULES failed"
+    ;;
+  *) llmtrain_die "LLMTRAIN_ENV='$LLMTRAIN_ENV': expected none, spack or modules" ;;
+esac
+
+if [[ -z "${LLMTRAIN_BIN:-}" ]]; then
+  if [[ -x "$LLMTRAIN_ROOT/build/bin/llmtrain" ]]; then
+    LLMTRAIN_BIN=$LLMTRAIN_ROOT/build/bin
+  elif command -v llmtrain >/dev/null 2>&1; then
+    LLMTRAIN_BIN=$(dirname "$(command -v llmtrain)")
+  else
+    llmtrain_die "llmtrain not found: set LLMTRAIN_BIN to the directory holding it, build it into $LLMTRAIN_ROOT/build/bin, or put it on PATH (LLMTRAIN_ENV=spack|modules)"
+  fi
+fi
+export LLMTRAIN_BIN
+
+# ---- what the user varies ---------------------------------------------------
+: "${SLURM_SUBMIT_DIR:=$PWD}"
+: "${DATA_DIR:=$LLMTRAIN_ROOT/data/sotu_byte}"
+: "${OUT_ROOT:=$SLURM_SUBMIT_DIR/out}"
+: "${EXTRA_ARGS:=}"
+JOB_NAME=${SLURM_JOB_NAME:-$(basename "${0%.sbatch}")}
+JOB_ID=${SLURM_JOB_ID:-local$$}
+: "${OUT_DIR:=$OUT_ROOT/${JOB_NAME}_${JOB_ID}}"
+NTASKS=${SLURM_NTASKS:-${NTASKS:-1}}
+NNODES=${SLURM_JOB_NUM_NODES:-1}
+
+# ---- threads, NCCL, MPI -----------------------------------------------------
+: "${THREADS_PER_RANK:=${SLURM_CPUS_PER_TASK:-}}"
+if [[ -n "$THREADS_PER_RANK" ]]; then
+  export OMP_NUM_THREADS=$THREADS_PER_RANK
+  export MKL_NUM_THREADS=$THREADS_PER_RANK OPENBLAS_NUM_THREADS=$THREADS_PER_RANK
+fi
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# One connection per device keeps kernel order = launch order, so compute and
+# NCCL kernels overlap as issued (what Megatron/torchrun recipes set too).
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
+[[ -n "${NCCL_IFNAME:-}" ]] && export NCCL_SOCKET_IFNAME=$NCCL_IFNAME
+if [[ $(id -u) -eq 0 ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+
+: "${LLMTRAIN_LAUNCHER:=srun}"
+: "${LLMTRAIN_SRUN_MPI:=pmix}"
+# llmtrain_launch CMD ARGS... : one task per GPU (per slot on CPU); every rank
+# picks its device from its node-local rank, so nothing here sets CUDA_VISIBLE_DEVICES.
+llmtrain_launch() {
+  case "$LLMTRAIN_LAUNCHER" in
+    srun)
+      [[ -n "${SLURM_JOB_ID:-}" ]] || llmtrain_die "LLMTRAIN_LAUNCHER=srun needs a Slurm allocation; use LLMTRAIN_LAUNCHER=mpirun outside Slurm"
+      # Since Slurm 22.05 srun does not inherit --cpus-per-task from sbatch.
+      srun --mpi="$LLMTRAIN_SRUN_MPI" --kill-on-bad-exit=1 \
+           ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} "$@" ;;
+    mpirun)
+      mpirun -np "$NTASKS" --bind-to none "$@" ;;
+    *) llmtrain_die "LLMTRAIN_LAUNCHER='$LLMTRAIN_LAUNCHER': expected srun or mpirun" ;;
+  esac
+}
+
+# ---- running llmtrain -------------------------------------------------------
+_llmtrain_child=""
+_llmtrain_got_signal=0
+_llmtrain_forward() {
+  _llmtrain_got_signal=1
+  llmtrain_log "received $1: asking llmtrain to checkpoint and stop (exit code $LLMTRAIN_REQUEUE_EXIT_CODE = requeue)"
+  [[ -n "$_llmtrain_child" ]] && kill -"$1" "$_llmtrain_child" 2>/dev/null
+  return 0
+}
+trap '_llmtrain_forward USR1' USR1
+trap '_llmtrain_forward TERM' TERM
+
+# llmtrain_exec LOGFILE CMD ARGS... : runs CMD through the launcher in the
+# background (so signals reach this shell and get forwarded), copies its output
+# to LOGFILE and to the job's output, returns its exit status.
+llmtrain_exec() {
+  local logfile=$1; shift
+  llmtrain_log "run: $*"
+  llmtrain_launch "$@" >>"$logfile" 2>&1 &
+  _llmtrain_child=$!
+  tail -n +1 -F --pid="$_llmtrain_child" "$logfile" 2>/dev/null &
+  local tailpid=$! rc
+  while :; do
+    wait "$_llmtrain_child"; rc=$?
+    # A trapped signal interrupts `wait` with 128+n while the child lives on.
+    if ((rc > 128)) && kill -0 "$_llmtrain_child" 2>/dev/null; then continue; fi
+    break
+  done
+  wait "$tailpid" 2>/dev/null
+  _llmtrain_child=""
+  return "$rc"
+}
+
+# llmtrain_run VARIANT [llmtrain flags...]
+# Runs one llmtrain training run into $OUT_DIR/VARIANT ($OUT_DIR when VARIANT
+# is "."), with MODEL first, then ITERS/DATA_DIR, then the given flags, then
+# EXTRA_ARGS (later flags win). Returns llmtrain's exit status; on the
+# pre-emption code it requeues the job and exits this shell.
+llmtrain_run() {
+  local variant=$1; shift
+  local dir=$OUT_DIR
+  [[ "$variant" == "." ]] || dir=$OUT_DIR/$variant
+  mkdir -p "$dir"
+  if [[ "${SLURM_RESTART_COUNT:-0}" -gt 0 && -f "$dir/.done" ]]; then
+    llmtrain_log "variant '$variant' finished before a requeue: skipped"
+    return 0
+  fi
+  local -a args=()
+  [[ -n "${MODEL:-}" ]] && args+=("$MODEL")
+  args+=("--out_dir=$dir" "--data_dir=$DATA_DIR")
+  [[ -n "${ITERS:-}" ]] && args+=("--max_iters=$ITERS")
+  [[ -n "$THREADS_PER_RANK" ]] && args+=("--num_threads=$THREADS_PER_RANK")
+  if [[ "${SLURM_RESTART_COUNT:-0}" -gt 0 && -f "$dir/.started" ]]; then
+    args+=("--init_from=resume")
+  fi
+  args+=("$@")
+  # shellcheck disable=SC2206
+  local -a extra=($EXTRA_ARGS)
+  args+=("${extra[@]+"${extra[@]}"}")
+  rm -f "$dir/.done"
+  touch "$dir/.started"
+  local rc=0
+  llmtrain_exec "$dir/console.log" "$LLMTRAIN_BIN/llmtrain" "${args[@]}" || rc=$?
+  if ((rc == 0)); then
+    touch "$dir/.done"
+  elif ((rc == LLMTRAIN_REQUEUE_EXIT_CODE)) && [[ -n "${SLURM_JOB_ID:-}" ]]; then
+    llmtrain_log "llmtrain stopped early with a checkpoint (exit $rc): requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+    exit 0
+  else
+    llmtrain_log "variant '$variant' failed with exit code $rc (log: $dir/console.log)"
+  fi
+  return "$rc"
+}
+
+# llmtrain_run_variants FLAG_PREFIX VARIANT... : one llmtrain_run per variant
+# with "FLAG_PREFIX<variant>" appended (e.g. --dtype= bfloat16). Runs all,
+# then returns 1 if any failed, listing them.
+llmtrain_run_variants() {
+  local prefix=$1; shift
+  local v failed=()
+  for v in "$@"; do
+    llmtrain_run "$v" "$prefix$v" || failed+=("$v")
+  done
+  llmtrain_summary_hint
+  if ((${#failed[@]})); then
+    llmtrain_log "failed variants: ${failed[*]}"
+    return 1
+  fi
+}
+
+llmtrain_summary_hint() {
+  llmtrain_log "run logs under $OUT_DIR; compare with: $LLMTRAIN_BIN/llmtrain-report $OUT_DIR"
+}
+
+# llmtrain_header: checks MODEL (templates set its default after sourcing this
+# file) and prints what the job is about to do.
+llmtrain_header() {
+  if [[ -n "${MODEL:-}" && ! -f "$MODEL" ]]; then
+    if [[ -f "$LLMTRAIN_ROOT/$MODEL" ]]; then
+      MODEL=$LLMTRAIN_ROOT/$MODEL
+    else
+      llmtrain_die "MODEL='$MODEL': no such preset file (relative paths are tried against $PWD and $LLMTRAIN_ROOT)"
+    fi
+  fi
+  llmtrain_log "job ${JOB_NAME} (${JOB_ID}): ${NNODES} node(s), ${NTASKS} task(s), launcher ${LLMTRAIN_LAUNCHER}, ${SLURM_GPUS_PER_NODE:-0} GPU(s)/node, threads/rank ${THREADS_PER_RANK:-auto}"
+  llmtrain_log "llmtrain: $LLMTRAIN_BIN/llmtrain  model: ${MODEL:-<defaults>}  data: $DATA_DIR  out: $OUT_DIR"
+  [[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]] && llmtrain_log "requeued run #${SLURM_RESTART_COUNT}: resuming"
+  mkdir -p "$OUT_DIR"
+}
