@@ -1,0 +1,101 @@
+#include "llmtrain/train/progress.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "llmtrain/core/log.hpp"
+
+namespace llmtrain {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--:--:--";
+  auto s = static_cast<int64_t>(std::llround(seconds));
+  const int64_t days = s / 86400;
+  s %= 86400;
+  std::string hms = fmt::format("{:02d}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
+  return days > 0 ? fmt::format("{}d {}", days, hms) : hms;
+}
+
+ProgressBar::Mode ProgressBar::detect_mode() {
+  if (!log::talks()) return Mode::off;
+  return log::stdout_is_terminal() ? Mode::terminal : Mode::file;
+}
+
+ProgressBar::ProgressBar(int64_t start_iter, int64_t end_iter, Mode mode, std::FILE* out, double file_interval_s,
+                         int width)
+    : start_(start_iter),
+      end_(std::max(start_iter, end_iter)),
+      mode_(out ? mode : Mode::off),
+      out_(out),
+      file_interval_s_(file_interval_s),
+      width_(std::max(width, 1)),
+      t0_(std::chrono::steady_clock::now()) {}
+
+ProgressBar::~ProgressBar() {
+  // Leave the terminal on a fresh line; the final line is finish()'s job.
+  if (mode_ == Mode::terminal && bar_visible_) write("\n");
+}
+
+std::string ProgressBar::render(int64_t done_iter, double elapsed_s) const {
+  const int64_t total = end_ - start_;
+  const int64_t done = std::clamp<int64_t>(done_iter - start_, 0, total);
+  const double frac = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+  const int filled = static_cast<int>(std::floor(frac * width_));
+  const double its = (elapsed_s > 0 && done > 0) ? static_cast<double>(done) / elapsed_s : 0.0;
+  const double eta = its > 0 ? static_cast<double>(total - done) / its : -1.0;
+  return fmt::format("[{}{}] {}/{} {:.1f}% {:.2f} it/s elapsed {} ETA {}", std::string(filled, '#'),
+                     std::string(width_ - filled, '-'), start_ + done, end_, 100.0 * frac, its,
+                     format_duration(elapsed_s), format_duration(done >= total ? 0.0 : eta));
+}
+
+void ProgressBar::write(const std::string& s) {
+  std::fwrite(s.data(), 1, s.size(), out_);
+  std::fflush(out_);
+}
+
+void ProgressBar::update(int64_t done_iter) {
+  update_at(done_iter, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+}
+
+void ProgressBar::update_at(int64_t done_iter, double elapsed_s) {
+  if (mode_ == Mode::off || finished_) return;
+  last_done_ = done_iter;
+  last_elapsed_s_ = elapsed_s;
+  if (mode_ == Mode::terminal) {
+    // \r + clear-to-end-of-line: redraw in place.
+    write("\r\033[K" + render(done_iter, elapsed_s));
+    bar_visible_ = true;
+    return;
+  }
+  // File (Slurm log): a plain line now and then, never control characters.
+  if (elapsed_s - last_file_line_s_ >= file_interval_s_) {
+    write("progress " + render(done_iter, elapsed_s) + "\n");
+    last_file_line_s_ = elapsed_s;
+  }
+}
+
+void ProgressBar::print_line(const std::string& line) {
+  if (mode_ == Mode::off) return;
+  if (mode_ == Mode::terminal && bar_visible_) {
+    write("\r\033[K" + line + "\n");
+    if (!finished_ && last_done_ >= 0) write(render(last_done_, last_elapsed_s_));
+    return;
+  }
+  write(line + "\n");
+}
+
+void ProgressBar::finish() {
+  if (mode_ == Mode::off || finished_) return;
+  const int64_t done = last_done_ >= 0 ? last_done_ : start_;
+  if (mode_ == Mode::terminal) {
+    write("\r\033[K" + render(done, last_elapsed_s_) + "\n");
+  } else {
+    write("progress " + render(done, last_elapsed_s_) + "\n");
+  }
+  bar_visible_ = false;
+  finished_ = true;
+}
+
+}  // namespace llmtrain

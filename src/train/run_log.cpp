@@ -1,0 +1,275 @@
+#include "llmtrain/train/run_log.hpp"
+
+#include <mpi.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <torch/version.h>
+
+#ifdef LLMTRAIN_WITH_CUDA
+#include <nccl.h>
+#endif
+
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/model/transformer.hpp"
+#include "llmtrain/train/metrics.hpp"
+
+namespace llmtrain {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string local_time(const char* fmt_str) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, fmt_str, &tm);
+  return buf;
+}
+
+std::string mpi_library_version() {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  std::string s(v, static_cast<size_t>(len));
+  const auto cut = s.find_first_of("\n,");
+  return cut == std::string::npos ? s : s.substr(0, cut);
+}
+
+// "flash_attn_2+bfloat16+compile+dataloader": the label users' tables use.
+std::string config_label(const Config& c, const std::string& backend_used) {
+  std::string s = (backend_used.empty() ? c.attention_backend : backend_used) + "+" + c.dtype;
+  if (c.compile) s += "+compile";
+  if (c.use_dataloader) s += "+dataloader";
+  if (c.use_cuda_graphs) s += "+cuda_graphs";
+  if (c.use_zero1) s += "+zero1";
+  if (c.use_fsdp) s += "+fsdp";
+  return s;
+}
+
+int64_t tokens_per_iter(const Config& c, int world_size) {
+  return c.batch_size * c.gradient_accumulation_steps * static_cast<int64_t>(world_size) * c.block_size;
+}
+
+std::string human_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+}  // namespace
+
+nlohmann::json library_versions() {
+  nlohmann::json v;
+  v["llmtrain"] = LLMTRAIN_VERSION;
+  v["libtorch"] = TORCH_VERSION;
+  v["mpi"] = mpi_library_version();
+  unsigned maj = 0, min = 0, rel = 0;
+  H5get_libversion(&maj, &min, &rel);
+  v["hdf5"] = fmt::format("{}.{}.{}", maj, min, rel);
+#ifdef LLMTRAIN_WITH_CUDA
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess) {
+    // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+    v["nccl"] = fmt::format("{}.{}.{}", nccl / 10000, (nccl / 100) % 100, nccl % 100);
+  } else {
+    v["nccl"] = nullptr;
+  }
+#else
+  v["nccl"] = nullptr;  // not built: CPU builds reduce gradients over MPI
+#endif
+  return v;
+}
+
+nlohmann::json make_startup_info(const Config& config, const ModelConfig& model, const RunEnvironment& env,
+                                 const MetricsSetup& metrics) {
+  nlohmann::json info;
+  nlohmann::json cfg = config.to_json();
+  const auto versions = library_versions();
+  cfg["world_size"] = env.world_size;
+  cfg["num_nodes"] = env.num_nodes;
+  cfg["hostname"] = env.hostname;
+  // Accumulation is per rank (DESIGN); the seeds' name for that figure.
+  cfg["gradient_accumulation_steps_per_gpu"] = config.gradient_accumulation_steps;
+  cfg["global_batch_size"] = config.batch_size * config.gradient_accumulation_steps * env.world_size;
+  cfg["tokens_per_iter"] = tokens_per_iter(config, env.world_size);
+  cfg["attention_backend_used"] = env.attention_backend_used;
+  cfg["config_label"] = config_label(config, env.attention_backend_used);
+  cfg["parallelism"] = env.parallelism;
+  cfg["device_type"] = env.device_type;
+  cfg["device_names"] = env.device_names;
+  cfg["device_name"] = env.device_names.empty() ? std::string() : env.device_names.front();
+  cfg["threads_per_rank"] = env.threads_per_rank;
+  cfg["torch_version"] = versions["libtorch"];
+  cfg["mpi_version"] = versions["mpi"];
+  cfg["nccl_version"] = versions["nccl"];
+  cfg["hdf5_version"] = versions["hdf5"];
+  cfg["llmtrain_version"] = versions["llmtrain"];
+  info["config"] = std::move(cfg);
+
+  nlohmann::json m;
+  m["arch"] = model.arch_string();
+  m["num_params"] = model.num_params();
+  m["num_matmul_params"] = model.num_matmul_params();
+  m["vocab_size"] = model.vocab_size;
+  m["padded_vocab"] = model.padded_vocab;
+  m["flops_per_token"] = model.flops_per_token();
+  m["flops_per_token_6n"] = model.flops_per_token_6n();
+  info["model"] = std::move(m);
+
+  nlohmann::json mfu;
+  mfu["convention"] = "FLOPs/token = 6*N + 12*L*H*Q*T (PaLM App. B; N = matmul parameters); "
+                      "MFU = tokens/s * FLOPs/token / (dense peak per device * devices); "
+                      "time = wall clock between device-synchronized points";
+  mfu["flops_per_token"] = metrics.flops_per_token;
+  mfu["num_devices"] = metrics.num_devices;
+  mfu["peak_source"] = metrics.peak.source;
+  if (metrics.peak.tflops_per_device) {
+    const double total = *metrics.peak.tflops_per_device * static_cast<double>(metrics.num_devices);
+    mfu["peak_tflops_per_device"] = *metrics.peak.tflops_per_device;
+    mfu["peak_tflops_total"] = total;
+    mfu["tokens_per_sec_at_50pct_mfu"] =
+        metrics.flops_per_token > 0 ? 0.5 * total * 1e12 / metrics.flops_per_token : 0.0;
+  } else {
+    mfu["peak_tflops_per_device"] = nullptr;
+    mfu["peak_tflops_total"] = nullptr;
+    mfu["tokens_per_sec_at_50pct_mfu"] = nullptr;
+  }
+  info["mfu"] = std::move(mfu);
+  info["start_time"] = local_time("%Y-%m-%dT%H:%M:%S%z");
+  return info;
+}
+
+std::string format_startup_block(const Config& config, const ModelConfig& model, const RunEnvironment& env,
+                                 const MetricsSetup& metrics) {
+  const auto v = library_versions();
+  std::string devices;
+  if (env.device_names.empty()) {
+    devices = "?";
+  } else {
+    // Collapse identical names: "8 x NVIDIA B200".
+    bool same = std::all_of(env.device_names.begin(), env.device_names.end(),
+                            [&](const std::string& n) { return n == env.device_names.front(); });
+    devices = same ? fmt::format("{} x {}", env.world_size, env.device_names.front())
+                   : fmt::format("{}", fmt::join(env.device_names, ", "));
+  }
+  const int64_t tpi = tokens_per_iter(config, env.world_size);
+  std::string s;
+  s += "==================== llmtrain run ====================\n";
+  s += fmt::format("hardware     : {} node(s), {} rank(s), host {}, {} thread(s)/rank\n", env.num_nodes,
+                   env.world_size, env.hostname, env.threads_per_rank);
+  s += fmt::format("devices      : {}\n", devices);
+  s += fmt::format("versions     : llmtrain {}, LibTorch {}, {}, HDF5 {}, NCCL {}\n", v["llmtrain"].get<std::string>(),
+                   v["libtorch"].get<std::string>(), v["mpi"].get<std::string>(), v["hdf5"].get<std::string>(),
+                   v["nccl"].is_null() ? std::string("not built") : v["nccl"].get<std::string>());
+  s += fmt::format("precision    : {}{}\n", config.dtype,
+                   config.dtype == "float32" ? "" : " (autocast, fp32 master weights)");
+  s += fmt::format("parallelism  : {}; batch {} x accum {} (per rank) x {} ranks x {} tokens = {} tokens/iter\n",
+                   env.parallelism.empty() ? "data parallel" : env.parallelism, config.batch_size,
+                   config.gradient_accumulation_steps, env.world_size, config.block_size, tpi);
+  s += fmt::format("model        : {} | {} params ({} in matmuls) | vocab {} (padded {}) | attention {}\n",
+                   model.arch_string(), human_count(static_cast<double>(model.num_params())),
+                   human_count(static_cast<double>(model.num_matmul_params())), model.vocab_size, model.padded_vocab,
+                   env.attention_backend_used.empty() ? config.attention_backend : env.attention_backend_used);
+  s += fmt::format("FLOPs/token  : {:.4g} = 6N + 12LHQT (PaLM App. B, N = matmul params; 6 x all params = {:.4g})\n",
+                   metrics.flops_per_token, metrics.flops_per_token_6n);
+  if (metrics.peak.tflops_per_device) {
+    const double total = *metrics.peak.tflops_per_device * static_cast<double>(metrics.num_devices);
+    s += fmt::format("peak         : {:g} TFLOP/s per device x {} = {:g} TFLOP/s [{}]\n",
+                     *metrics.peak.tflops_per_device, metrics.num_devices, total, metrics.peak.source);
+    s += fmt::format("MFU          : tokens/s x FLOPs/token / peak, wall time between synchronized points; "
+                     "50% MFU = {:.0f} tokens/s ({:.0f}/device)\n",
+                     0.5 * total * 1e12 / metrics.flops_per_token,
+                     0.5 * total * 1e12 / metrics.flops_per_token / static_cast<double>(metrics.num_devices));
+  } else {
+    s += fmt::format("peak         : {}\n", metrics.peak.source);
+    s += "MFU          : unknown (no dense peak for this device); tokens/s and TFLOP/s are still measured\n";
+  }
+  s += "=======================================================";
+  return s;
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw Error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+    f.write(text.data(), static_cast<std::streamsize>(text.size()));
+    f.flush();
+    if (!f) throw Error(fmt::format("writing '{}' failed (disk full?)", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, why));
+  }
+}
+
+RunLog::RunLog(const std::string& out_dir, bool enabled, double min_flush_seconds)
+    : enabled_(enabled), min_flush_seconds_(min_flush_seconds) {
+  if (!enabled_) return;
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw Error(fmt::format("cannot create out_dir '{}': {}", out_dir, ec.message()));
+  const std::string stem = (fs::path(out_dir) / ("run_" + local_time("%Y%m%d_%H%M%S"))).string();
+  path_ = stem + ".json";
+  for (int k = 2; fs::exists(path_); ++k) path_ = fmt::format("{}_{}.json", stem, k);
+}
+
+void RunLog::set_startup_info(nlohmann::json startup_info) {
+  if (enabled_) startup_info_ = std::move(startup_info);
+}
+
+void RunLog::add_iteration(const nlohmann::json& record) {
+  if (!enabled_) return;
+  iterations_text_ += num_iterations_ == 0 ? "\n    " : ",\n    ";
+  iterations_text_ += record.dump();
+  ++num_iterations_;
+}
+
+void RunLog::add_eval(const nlohmann::json& result) {
+  if (enabled_) eval_results_.push_back(result);
+}
+
+void RunLog::add_error(const std::string& message) {
+  if (enabled_) errors_.push_back(message);
+}
+
+void RunLog::set_summary(nlohmann::json summary) {
+  if (enabled_) summary_ = std::move(summary);
+}
+
+bool RunLog::flush(bool force) {
+  if (!enabled_) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && flushed_once_ &&
+      std::chrono::duration<double>(now - last_flush_).count() < min_flush_seconds_)
+    return false;
+  std::string text;
+  text.reserve(iterations_text_.size() + 4096);
+  text += "{\n  \"startup_info\": ";
+  text += startup_info_.dump(2);
+  text += ",\n  \"training_iterations\": [";
+  text += iterations_text_;
+  text += num_iterations_ ? "\n  ],\n" : "],\n";
+  text += "  \"eval_results\": " + eval_results_.dump() + ",\n";
+  text += "  \"errors\": " + errors_.dump() + ",\n";
+  text += "  \"summary\": " + summary_.dump(2) + "\n}\n";
+  write_file_atomic(path_, text);
+  last_flush_ = now;
+  flushed_once_ = true;
+  return true;
+}
+
+}  // namespace llmtrain
