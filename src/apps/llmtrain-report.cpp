@@ -1,0 +1,162 @@
+// llmtrain-report: summary, comparison, token-budget and scaling tables over
+// one or many run logs (out_dir/run_*.json); --plot writes PNGs through
+// scripts/llmtrain_plot.py. Exit code 3 when a log fails the self-check.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/train/run_log.hpp"
+
+namespace fs = std::filesystem;
+namespace po = boost::program_options;
+
+namespace {
+
+// Files as given; a directory stands for the run_*.json files in it.
+std::vector<std::string> expand_logs(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const auto& a : args) {
+    if (fs::is_directory(a)) {
+      std::vector<std::string> found;
+      for (const auto& e : fs::directory_iterator(a)) {
+        const auto name = e.path().filename().string();
+        if (name.rfind("run_", 0) == 0 && e.path().extension() == ".json") found.push_back(e.path().string());
+      }
+      std::sort(found.begin(), found.end());
+      if (found.empty()) throw llmtrain::Error(fmt::format("directory '{}' holds no run_*.json run logs", a));
+      out.insert(out.end(), found.begin(), found.end());
+    } else {
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
+// Where the plot script is: --plot-script, $LLMTRAIN_PLOT_SCRIPT, next to an
+// installed binary (share/llmtrain), or the source tree of a build directory.
+std::string find_plot_script(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* e = std::getenv("LLMTRAIN_PLOT_SCRIPT")) return e;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "../share/llmtrain/llmtrain_plot.py");
+    candidates.push_back(exe.parent_path() / "../../scripts/llmtrain_plot.py");
+  }
+  if (const char* s = std::getenv("LLMTRAIN_SOURCE_DIR")) candidates.push_back(fs::path(s) / "scripts/llmtrain_plot.py");
+  for (const auto& c : candidates)
+    if (fs::exists(c)) return fs::weakly_canonical(c).string();
+  throw llmtrain::Error(
+      "cannot find llmtrain_plot.py (looked next to the binary and in the source tree); pass --plot-script PATH");
+}
+
+int run_plot(const std::string& script, const std::string& data, const std::string& dir) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execlp("python3", "python3", script.c_str(), data.c_str(), dir.c_str(), static_cast<char*>(nullptr));
+    std::perror("llmtrain-report: cannot run python3");
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::vector<std::string> logs;
+  int64_t warmup = -1;
+  double budget = 85e9;
+  std::string plot_dir, plot_script, json_out;
+  po::options_description opts(
+      "usage: llmtrain-report RUN_LOG|DIR [...] [options]\n"
+      "Summarizes llmtrain run logs (out_dir/run_*.json); figures after warm-up iterations");
+  opts.add_options()("help,h", "this help")(
+      "warmup", po::value<int64_t>(&warmup)->default_value(-1),
+      "iterations skipped as warm-up (-1 = each log's warmup_report_iters, default 50)")(
+      "tokens", po::value<double>(&budget)->default_value(85e9, "85e9"),
+      "token budget for the time-to-train table")("scaling", "print the weak/strong scaling table")(
+      "plot", po::value<std::string>(&plot_dir), "write PNGs (loss, MFU, tokens/s; scaling) to this directory")(
+      "plot-script", po::value<std::string>(&plot_script), "path of llmtrain_plot.py")(
+      "json", po::value<std::string>(&json_out), "also write the summaries as JSON to this file");
+  po::options_description hidden;
+  hidden.add_options()("logs", po::value<std::vector<std::string>>(&logs));
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description pos;
+  pos.add("logs", -1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+  po::notify(vm);
+  if (vm.count("help") || logs.empty()) {
+    std::cout << opts << "\n";
+    return logs.empty() && !vm.count("help") ? 2 : 0;
+  }
+  if (budget <= 0) throw llmtrain::Error(fmt::format("--tokens must be positive, got {}", budget));
+
+  std::vector<llmtrain::RunSummary> runs;
+  for (const auto& p : expand_logs(logs)) runs.push_back(llmtrain::read_run_log(p, warmup));
+
+  std::cout << "runs:\n";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto& s = runs[i].summary;
+    std::cout << fmt::format("  [{}] {}  ({}, {} x {}; {} iterations, first {} skipped as warm-up)\n", i,
+                             runs[i].path, runs[i].label, runs[i].world_size,
+                             runs[i].device.empty() ? "?" : runs[i].device, s.value("iterations", 0),
+                             s.value("warmup_iters_skipped", 0));
+  }
+  std::cout << "\n" << llmtrain::format_comparison_table(runs) << "\n";
+  std::cout << llmtrain::format_budget_table(runs, budget);
+  if (vm.count("scaling")) std::cout << "\n" << llmtrain::format_scaling_table(runs);
+
+  int rc = 0;
+  for (const auto& r : runs) {
+    if (r.errors.empty()) continue;
+    rc = 3;
+    std::cout << fmt::format("\nERRORS in {} ({}): its figures are not results\n", r.path, r.errors.size());
+    size_t shown = 0;
+    for (const auto& e : r.errors) {
+      if (++shown > 10) {
+        std::cout << fmt::format("  ... and {} more\n", r.errors.size() - 10);
+        break;
+      }
+      std::cout << "  " << e << "\n";
+    }
+  }
+
+  if (!json_out.empty() || !plot_dir.empty()) {
+    nlohmann::json out;
+    out["token_budget"] = budget;
+    out["scaling"] = llmtrain::scaling_efficiency(runs);
+    out["runs"] = nlohmann::json::array();
+    for (const auto& r : runs) {
+      nlohmann::json j = {{"path", r.path},           {"label", r.label},         {"world_size", r.world_size},
+                          {"batch_size", r.batch_size}, {"grad_accum", r.grad_accum}, {"tokens_per_iter", r.tokens_per_iter},
+                          {"device", r.device},       {"summary", r.summary},     {"errors", r.errors}};
+      out["runs"].push_back(std::move(j));
+    }
+    if (!json_out.empty()) llmtrain::write_file_atomic(json_out, out.dump(2) + "\n");
+    if (!plot_dir.empty()) {
+      fs::create_directories(plot_dir);
+      const std::string data = (fs::path(plot_dir) / "report.json").string();
+      llmtrain::write_file_atomic(data, out.dump(2) + "\n");
+      const int prc = run_plot(find_plot_script(plot_script), data, plot_dir);
+      if (prc != 0) throw llmtrain::Error(fmt::format("the plot script failed (exit code {})", prc));
+    }
+  }
+  return rc;
+} catch (const std::exception& e) {
+  std::cerr << "llmtrain-report: error: " << e.what() << "\n";
+  return 1;
+}

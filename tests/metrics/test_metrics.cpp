@@ -1,0 +1,284 @@
+// MFU and FLOPs against hand-computed numbers, the self-check, phase breakdown,
+// memory, gradient-norm statistics and the atomic run log.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/model/transformer.hpp"
+#include "llmtrain/train/device_peaks.hpp"
+#include "llmtrain/train/metrics.hpp"
+#include "llmtrain/train/run_log.hpp"
+#include "test_util.hpp"
+
+using namespace llmtrain;
+
+namespace {
+// The LLaMA 1.36B shape: 18 layers, 18 heads of 128, d 2304, SwiGLU 6144,
+// vocab 32000, T 2048, untied.
+ModelConfig llama_1_36b() {
+  ModelConfig m;
+  m.vocab_size = m.padded_vocab = 32000;
+  m.block_size = 2048;
+  m.n_layer = 18;
+  m.n_head = m.n_kv_head = 18;
+  m.n_embd = 2304;
+  m.head_dim = 128;
+  m.ffn_hidden = 6144;
+  m.norm = "rmsnorm";
+  m.pos_encoding = "rope";
+  m.ffn = "swiglu";
+  return m;
+}
+}  // namespace
+
+TEST(DevicePeaks, TableAndNames) {
+  EXPECT_EQ(device_peak_tflops("NVIDIA A100-SXM4-80GB", "bfloat16").value(), 312.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 80GB HBM3", "bfloat16").value(), 989.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 PCIe", "bfloat16").value(), 756.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H200", "bfloat16").value(), 989.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA B200", "bfloat16").value(), 2250.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA GB200", "bfloat16").value(), 2500.0);
+  EXPECT_NEAR(device_peak_tflops("NVIDIA RTX A6000", "bfloat16").value(), 155.0, 0.5);
+  EXPECT_EQ(device_peak_tflops("NVIDIA A100-PCIE-40GB", "float32").value(), 19.5);
+  // Unknown: the CPU, a fp32 figure we do not have, an unrecognised GPU.
+  EXPECT_FALSE(device_peak_tflops("cpu (AMD EPYC 9454P)", "float32"));
+  EXPECT_FALSE(device_peak_tflops("NVIDIA B200", "float32"));
+  EXPECT_FALSE(device_peak_tflops("NVIDIA GeForce RTX 4090", "bfloat16"));
+  const auto cpu = resolve_peak("cpu (AMD EPYC)", "float32", 0.0);
+  EXPECT_FALSE(cpu.tflops_per_device);
+  EXPECT_NE(cpu.source.find("peak_tflops"), std::string::npos) << cpu.source;
+  const auto over = resolve_peak("cpu (AMD EPYC)", "float32", 1.5);
+  EXPECT_EQ(over.tflops_per_device.value(), 1.5);
+  EXPECT_NE(over.source.find("override"), std::string::npos);
+}
+
+// Hand computation for the 1.36B shape (DESIGN: 6N + 12 L H Q T):
+//   per layer attention 4 x 2304^2        = 21,233,664
+//   per layer SwiGLU    3 x 2304 x 6144   = 42,467,328
+//   18 layers                             = 1,146,617,856
+//   LM head 32000 x 2304                  =    73,728,000
+//   N                                     = 1,220,345,856;  6N = 7,322,075,136
+//   12 x 18 x 18 x 128 x 2048             = 1,019,215,872
+//   FLOPs/token                           = 8,341,291,008
+// On 8 B200 (2250 TFLOP/s dense bf16 each: 18,000 total) at 1,000,000 tokens/s
+// (1,048,576 tokens in 1.048576 s): 8,341.291008 TFLOP/s = 46.3405056 % MFU.
+TEST(Mfu, Llama136bOn8B200ByHand) {
+  const auto m = llama_1_36b();
+  EXPECT_EQ(m.num_matmul_params(), 1220345856);
+  EXPECT_DOUBLE_EQ(m.flops_per_token(), 8341291008.0);
+
+  MetricsSetup s;
+  s.flops_per_token = m.flops_per_token();
+  s.num_devices = 8;
+  s.peak = resolve_peak("NVIDIA B200", "bfloat16", 0.0);
+  s.tokens_per_iter = 1048576;
+  const auto it = compute_iteration_metrics(s, 7, 1.048576, 1048576);
+  EXPECT_TRUE(it.errors.empty());
+  EXPECT_NEAR(it.tokens_per_sec, 1e6, 1e-6);
+  EXPECT_NEAR(it.tokens_per_sec_per_device, 125000.0, 1e-6);
+  EXPECT_NEAR(it.achieved_tflops, 8341.291008, 1e-6);
+  ASSERT_TRUE(it.mfu);
+  EXPECT_NEAR(*it.mfu, 46.3405056, 1e-7);
+  EXPECT_NEAR(it.dt_ms, 1048.576, 1e-9);
+  // The record passes the same self-check llmtrain-report runs on logs.
+  auto rec = it.to_json();
+  rec["other_ms"] = it.dt_ms;
+  EXPECT_TRUE(check_iteration_record(rec, s.flops_per_token, 18000.0).empty());
+
+  // The same window on a CPU: MFU unknown, never a guess.
+  s.peak = resolve_peak("cpu (x86)", "bfloat16", 0.0);
+  const auto cpu = compute_iteration_metrics(s, 7, 1.048576, 1048576);
+  EXPECT_FALSE(cpu.mfu);
+  EXPECT_TRUE(cpu.to_json()["mfu"].is_null());
+  EXPECT_NE(format_iteration_line(cpu, 10).find("MFU unknown"), std::string::npos);
+}
+
+TEST(SelfCheck, MfuAbove100IsAnErrorNotAResult) {
+  // A peak wrongly set to 1 TFLOP/s per device makes MFU 834129%.
+  MetricsSetup s;
+  s.flops_per_token = llama_1_36b().flops_per_token();
+  s.num_devices = 8;
+  s.peak = resolve_peak("", "bfloat16", 1.0);
+  s.tokens_per_iter = 1048576;
+  Metrics metrics(s);
+  metrics.start_iter();
+  auto m = metrics.end_iter(0, 3.0, 1e-4, 1.0);
+  ASSERT_FALSE(m.errors.empty());
+  bool found = false;
+  for (const auto& e : m.errors) found |= e.find("exceeds 100%") != std::string::npos;
+  EXPECT_TRUE(found);
+  EXPECT_TRUE(m.to_json()["mfu"].is_null());  // withheld from the record
+  EXPECT_NE(format_iteration_line(m, 1).find("self-check failed"), std::string::npos);
+}
+
+TEST(SelfCheck, FabricatedInconsistentRecord) {
+  const double F = 8341291008.0;
+  nlohmann::json r = {{"iter", 3},          {"dt_ms", 1000.0},        {"tokens", 1000000},
+                      {"tokens_per_sec", 1e6}, {"achieved_tflops", 8341.291008}, {"mfu", 46.3405056},
+                      {"data_ms", 100.0},   {"forward_backward_ms", 700.0}, {"communication_ms", 50.0},
+                      {"optimizer_ms", 50.0}, {"other_ms", 100.0}};
+  EXPECT_TRUE(check_iteration_record(r, F, 18000.0).empty());
+  auto bad = r;
+  bad["tokens_per_sec"] = 2e6;  // disagrees with tokens / time
+  auto e = check_iteration_record(bad, F, 18000.0);
+  ASSERT_FALSE(e.empty());
+  EXPECT_NE(e[0].find("tokens_per_sec"), std::string::npos) << e[0];
+  bad = r;
+  bad["mfu"] = 146.34;
+  e = check_iteration_record(bad, F, 18000.0);
+  ASSERT_GE(e.size(), 1u);
+  EXPECT_NE(e[0].find("exceeds 100%"), std::string::npos);
+  bad = r;
+  bad["other_ms"] = 300.0;  // phases no longer sum to the iteration time
+  EXPECT_FALSE(check_iteration_record(bad, F, 18000.0).empty());
+  bad = r;
+  bad["achieved_tflops"] = 100.0;
+  EXPECT_FALSE(check_iteration_record(bad, F, 18000.0).empty());
+}
+
+TEST(Metrics, PhasesSumToTheIterationTime) {
+  MetricsSetup s;
+  s.flops_per_token = 1e6;
+  s.tokens_per_iter = 4096;
+  Metrics metrics(s);
+  metrics.start_iter();
+  for (int micro = 0; micro < 2; ++micro) {
+    { auto t = metrics.phase(Phase::data); std::this_thread::sleep_for(std::chrono::milliseconds(2)); }
+    { auto t = metrics.phase(Phase::forward_backward); std::this_thread::sleep_for(std::chrono::milliseconds(5)); }
+  }
+  { auto t = metrics.phase(Phase::communication); std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+  { auto t = metrics.phase(Phase::optimizer); std::this_thread::sleep_for(std::chrono::milliseconds(3)); }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // untimed work -> "other"
+  const auto m = metrics.end_iter(0, 2.5, 3e-4, 0.7);
+  EXPECT_TRUE(m.errors.empty()) << m.errors[0];
+  double sum = m.other_ms;
+  for (double p : m.phase_ms) sum += p;
+  EXPECT_NEAR(sum, m.dt_ms, 1e-9);
+  EXPECT_GE(m.phase_ms[0], 4.0);   // two data waits of >= 2 ms add up
+  EXPECT_GE(m.phase_ms[1], 10.0);
+  EXPECT_GE(m.other_ms, 2.0);
+  EXPECT_NEAR(m.tokens_per_sec, 4096.0 / (m.dt_ms / 1e3), 1e-6);
+  EXPECT_FALSE(m.mfu);
+  // CPU memory is the resident set: a running test has some.
+  EXPECT_GT(m.memory.allocated_gb, 0.0);
+  EXPECT_GE(m.memory.peak_gb, m.memory.allocated_gb);
+  EXPECT_FALSE(m.memory.from_cuda);
+  const auto j = m.to_json();
+  for (const char* k : {"iter", "loss", "lr", "dt_ms", "mfu", "tokens_per_sec", "achieved_tflops",
+                        "memory_allocated_gb", "memory_peak_gb", "memory_reserved_gb", "grad_norm", "data_ms",
+                        "forward_backward_ms", "communication_ms", "optimizer_ms", "other_ms"})
+    EXPECT_TRUE(j.contains(k)) << k;
+}
+
+TEST(Metrics, SummarySkipsWarmupAndIsTimeWeighted) {
+  nlohmann::json recs = nlohmann::json::array();
+  // 2 warm-up records at 1000 ms, then 3 at 100 ms and 300 ms: 1000 tokens each.
+  for (double dt : {1000.0, 1000.0, 100.0, 300.0, 100.0})
+    recs.push_back({{"iter", recs.size()}, {"dt_ms", dt}, {"tokens_per_sec", 1000.0 / (dt / 1e3)},
+                    {"achieved_tflops", 1.0 / (dt / 1e3)}, {"mfu", 10.0 / (dt / 1e3)}, {"loss", 2.0}});
+  const auto s = summarize_records(recs, 2);
+  EXPECT_EQ(s["warmup_iters_skipped"], 2);
+  EXPECT_EQ(s["iterations_averaged"], 3);
+  // 3000 tokens in 0.5 s = 6000 tokens/s (a mean of per-iteration rates would say 7778).
+  EXPECT_NEAR(s["tokens_per_sec"].get<double>(), 6000.0, 1e-9);
+  EXPECT_NEAR(s["achieved_tflops"].get<double>(), 6.0, 1e-9);
+  EXPECT_NEAR(s["mfu"].get<double>(), 60.0, 1e-9);
+  EXPECT_NEAR(s["mean_dt_ms"].get<double>(), 500.0 / 3.0, 1e-9);
+  // Fewer records than warm-up: average everything rather than nothing.
+  EXPECT_EQ(summarize_records(recs, 50)["warmup_iters_skipped"], 0);
+}
+
+TEST(GradNorms, PerParameterMinMaxAndClipping) {
+  auto a = torch::zeros({2, 2}, torch::requires_grad());
+  auto b = torch::zeros({3}, torch::requires_grad());
+  auto c = torch::zeros({1}, torch::requires_grad());  // no gradient: skipped
+  (a.sum() * 3.0 + (b * b.detach().add(2.0)).sum()).backward();
+  // grad a = 3 everywhere: norm sqrt(4 x 9) = 6; grad b = 2: norm sqrt(3 x 4) = 3.4641
+  const auto norms = parameter_grad_norms({{"blocks.0.w", a}, {"blocks.1.w", b}, {"unused", c}});
+  ASSERT_EQ(norms.size(), 2u);
+  const auto s = summarize_grad_norms(norms, 6.9282, 1.0);
+  EXPECT_NEAR(s.max_norm, 6.0, 1e-12);
+  EXPECT_EQ(s.max_name, "blocks.0.w");
+  EXPECT_NEAR(s.min_norm, std::sqrt(12.0), 1e-12);
+  EXPECT_EQ(s.min_name, "blocks.1.w");
+  EXPECT_TRUE(s.clipped);
+  EXPECT_FALSE(summarize_grad_norms(norms, 0.5, 1.0).clipped);
+  EXPECT_FALSE(summarize_grad_norms(norms, 9.0, 0.0).clipped);  // grad_clip 0 = off
+}
+
+TEST(RunLog, AtomicAndReadableMidRun) {
+  const auto dir = testing::scratch_dir("metrics-runlog");
+  std::filesystem::remove_all(dir);
+  RunLog log(dir.string(), true, /*min_flush_seconds=*/3600.0);
+  EXPECT_NE(log.path().find("run_"), std::string::npos);
+  log.set_startup_info({{"config", {{"batch_size", 4}}}});
+  log.add_iteration({{"iter", 0}, {"loss", 3.0}});
+  EXPECT_TRUE(log.flush());
+  // Mid-run: a complete JSON document with the iteration so far.
+  auto read = [&] {
+    std::ifstream f(log.path());
+    return nlohmann::json::parse(f);
+  };
+  EXPECT_EQ(read()["training_iterations"].size(), 1u);
+  log.add_iteration({{"iter", 1}, {"loss", 2.5}});
+  EXPECT_FALSE(log.flush());  // rate-limited
+  EXPECT_EQ(read()["training_iterations"].size(), 1u);
+  log.add_eval({{"iter", 1}, {"val_loss", 2.4}});
+  log.add_error("iteration 1: something");
+  log.set_summary({{"iterations", 2}});
+  EXPECT_TRUE(log.flush(true));
+  const auto j = read();
+  EXPECT_EQ(j["training_iterations"].size(), 2u);
+  EXPECT_EQ(j["training_iterations"][1]["loss"], 2.5);
+  EXPECT_EQ(j["eval_results"][0]["val_loss"], 2.4);
+  EXPECT_EQ(j["errors"][0], "iteration 1: something");
+  EXPECT_EQ(j["summary"]["iterations"], 2);
+  // No temporary file is left behind.
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+  // A second log in the same second gets its own name.
+  RunLog other(dir.string(), true);
+  EXPECT_NE(other.path(), log.path());
+  // Ranks other than 0 write nothing.
+  RunLog off((dir / "off").string(), false);
+  EXPECT_FALSE(off.flush(true));
+  EXPECT_FALSE(std::filesystem::exists(dir / "off"));
+}
+
+TEST(RunLog, StartupInfoHasEveryConfigKeyAndVersions) {
+  Config c;
+  c.dtype = "bfloat16";
+  const auto model = llama_1_36b();
+  RunEnvironment env;
+  env.world_size = 8;
+  env.device_names = std::vector<std::string>(8, "NVIDIA B200");
+  env.device_type = "cuda";
+  env.attention_backend_used = "flash_attn_2";
+  env.parallelism = "DDP (NCCL)";
+  MetricsSetup s;
+  s.flops_per_token = model.flops_per_token();
+  s.flops_per_token_6n = model.flops_per_token_6n();
+  s.num_devices = 8;
+  s.peak = resolve_peak("NVIDIA B200", "bfloat16", 0.0);
+  const auto info = make_startup_info(c, model, env, s);
+  const auto& cfg = info["config"];
+  for (const auto& k : Config::key_names()) EXPECT_TRUE(cfg.contains(k)) << k;
+  for (const char* k : {"world_size", "gradient_accumulation_steps_per_gpu", "attention_backend_used",
+                        "torch_version", "mpi_version", "nccl_version", "hdf5_version", "device_names"})
+    EXPECT_TRUE(cfg.contains(k)) << k;
+  EXPECT_EQ(cfg["world_size"], 8);
+  EXPECT_EQ(cfg["config_label"], "flash_attn_2+bfloat16");
+  EXPECT_EQ(info["mfu"]["peak_tflops_total"], 18000.0);
+  // 50% of 18,000 TFLOP/s / 8,341,291,008 FLOPs/token = 1,078,970.4 tokens/s
+  EXPECT_NEAR(info["mfu"]["tokens_per_sec_at_50pct_mfu"].get<double>(), 9e15 / 8341291008.0, 1e-3);
+  const auto block = format_startup_block(c, model, env, s);
+  for (const char* want : {"8 x NVIDIA B200", "bfloat16", "DDP (NCCL)", "6N + 12LHQT", "2250", "50% MFU"})
+    EXPECT_NE(block.find(want), std::string::npos) << want << "\n" << block;
+}

@@ -1,0 +1,163 @@
+// llmtrain-report over the fixture logs in tests/metrics/fixtures (made by
+// make_fixtures.py: every figure derived from dt_ms and tokens, except in
+// run_inconsistent.json).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "llmtrain/train/run_log.hpp"
+#include "test_util.hpp"
+
+using namespace llmtrain;
+namespace fs = std::filesystem;
+
+namespace {
+std::string fixture(const std::string& name) {
+  return (fs::path(testing::source_dir()) / "tests/metrics/fixtures" / name).string();
+}
+struct Result {
+  int rc;
+  std::string out;
+};
+Result run(const std::string& cmd) {
+  Result r{-1, ""};
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+std::string report_bin() { return (fs::path(testing::build_dir()) / "bin/llmtrain-report").string(); }
+}  // namespace
+
+TEST(Report, SummarySkipsWarmup) {
+  // 100 iterations of 262144 tokens: 50 at 3 x 2621.44 ms, then 50 at 2621.44 ms.
+  const auto r = read_run_log(fixture("run_1gpu.json"), -1);  // the log's warmup_report_iters = 50
+  EXPECT_TRUE(r.errors.empty()) << r.errors[0];
+  EXPECT_EQ(r.summary["warmup_iters_skipped"], 50);
+  EXPECT_NEAR(r.summary["mean_dt_ms"].get<double>(), 2621.44, 1e-9);
+  EXPECT_NEAR(r.summary["tokens_per_sec"].get<double>(), 100000.0, 1e-6);
+  // 100,000 x 8,341,291,008 / 1e12 = 834.1291008 TFLOP/s; / 2250 = 37.0724045 %
+  EXPECT_NEAR(r.summary["achieved_tflops"].get<double>(), 834.1291008, 1e-6);
+  EXPECT_NEAR(r.summary["mfu"].get<double>(), 37.0724045, 1e-6);
+  // No warm-up skipped: 100 x 262144 tokens / (50 x 7.86432 + 50 x 2.62144 s) = 50,000 tokens/s.
+  const auto r0 = read_run_log(fixture("run_1gpu.json"), 0);
+  EXPECT_NEAR(r0.summary["tokens_per_sec"].get<double>(), 50000.0, 1e-6);
+}
+
+TEST(Report, ComparisonBudgetAndScalingTables) {
+  std::vector<RunSummary> runs;
+  for (const char* f : {"run_8gpu_strong.json", "run_1gpu.json", "run_2gpu_weak.json"})
+    runs.push_back(read_run_log(fixture(f), 50));
+  const auto table = format_comparison_table(runs);
+  EXPECT_NE(table.find("flash_attn_2+bfloat16+compile+dataloader"), std::string::npos) << table;
+  EXPECT_NE(table.find("37.07"), std::string::npos) << table;   // 1-GPU MFU
+  EXPECT_NE(table.find("700000"), std::string::npos) << table;  // 8-GPU tokens/s
+  EXPECT_NE(table.find("87500"), std::string::npos) << table;   // 8-GPU tokens/s per GPU
+  EXPECT_NE(table.find("2621.4"), std::string::npos) << table;  // 1-GPU ms/iter
+
+  // 85B tokens at 100,000 tokens/s = 850,000 s = 236.1 h = 9.84 days;
+  // at 700,000 tokens/s: 33.7 h = 1.41 days.
+  const auto budget = format_budget_table(runs, 85e9);
+  EXPECT_NE(budget.find("236.1"), std::string::npos) << budget;
+  EXPECT_NE(budget.find("9.84"), std::string::npos) << budget;
+  EXPECT_NE(budget.find("33.7"), std::string::npos) << budget;
+  EXPECT_NE(budget.find("1.41"), std::string::npos) << budget;
+
+  // Base = the 1-GPU run. 8 GPUs on the same 262144 tokens/iter: 374.49 ms vs
+  // 2621.44 ms -> strong efficiency 2621.44 / (8 x 374.49) = 87.5 %.
+  // 2 GPUs with the same 262144 tokens/iter per GPU: 93,750 vs 100,000 tokens/s
+  // per GPU -> weak efficiency 93.75 %.
+  const auto eff = scaling_efficiency(runs);
+  ASSERT_EQ(eff.size(), 3u);
+  EXPECT_NEAR(eff[0]["strong_efficiency"].get<double>(), 0.875, 1e-9);
+  EXPECT_TRUE(eff[0]["weak_efficiency"].is_null());
+  EXPECT_NEAR(eff[1]["strong_efficiency"].get<double>(), 1.0, 1e-12);
+  EXPECT_NEAR(eff[1]["weak_efficiency"].get<double>(), 1.0, 1e-12);
+  EXPECT_NEAR(eff[2]["weak_efficiency"].get<double>(), 0.9375, 1e-9);
+  EXPECT_TRUE(eff[2]["strong_efficiency"].is_null());
+  EXPECT_NEAR(eff[0]["speedup"].get<double>(), 7.0, 1e-9);
+  const auto scaling = format_scaling_table(runs);
+  EXPECT_NE(scaling.find("87.5"), std::string::npos) << scaling;
+  EXPECT_NE(scaling.find("93.8"), std::string::npos) << scaling;
+  // Sorted by GPUs: the 1-GPU line comes first.
+  EXPECT_LT(scaling.find(" 1 "), scaling.find(" 8 ")) << scaling;
+}
+
+TEST(Report, SelfCheckFiresOnAnInconsistentLog) {
+  const auto r = read_run_log(fixture("run_inconsistent.json"), 50);
+  ASSERT_GE(r.errors.size(), 2u);
+  bool mfu = false, tps = false;
+  for (const auto& e : r.errors) {
+    mfu |= e.find("iteration 55") != std::string::npos && e.find("exceeds 100%") != std::string::npos;
+    tps |= e.find("iteration 56") != std::string::npos && e.find("tokens_per_sec") != std::string::npos;
+  }
+  EXPECT_TRUE(mfu);
+  EXPECT_TRUE(tps);
+  // The table shows no MFU figure for it.
+  const auto table = format_comparison_table({r});
+  EXPECT_NE(table.find("ERROR"), std::string::npos) << table;
+}
+
+TEST(Report, BadLogsAreNamed) {
+  const auto dir = testing::scratch_dir("metrics-report-bad");
+  const auto p = (dir / "run_broken.json").string();
+  std::ofstream(p) << "{\"startup_info\": {";
+  try {
+    read_run_log(p, 0);
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+  std::ofstream(p, std::ios::trunc) << "{\"summary\": {}}";
+  try {
+    read_run_log(p, 0);
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("startup_info"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReportTool, TablesExitCodesAndPlots) {
+  if (!fs::exists(report_bin())) GTEST_SKIP() << report_bin() << " not built";
+  const auto good = run(report_bin() + " --scaling " + fixture("run_1gpu.json") + " " + fixture("run_8gpu_strong.json") +
+                        " " + fixture("run_2gpu_weak.json") + " --tokens 85e9");
+  EXPECT_EQ(good.rc, 0) << good.out;
+  for (const char* want : {"MFU %", "37.07", "time to train 85B tokens", "236.1", "strong %", "87.5", "93.8"})
+    EXPECT_NE(good.out.find(want), std::string::npos) << want << "\n" << good.out;
+
+  const auto bad = run(report_bin() + " " + fixture("run_inconsistent.json"));
+  EXPECT_EQ(bad.rc, 3) << bad.out;
+  EXPECT_NE(bad.out.find("ERRORS in"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("exceeds 100%"), std::string::npos) << bad.out;
+
+  const auto missing = run(report_bin() + " /nonexistent/run_x.json");
+  EXPECT_EQ(missing.rc, 1);
+  EXPECT_NE(missing.out.find("/nonexistent/run_x.json"), std::string::npos) << missing.out;
+
+  if (run("python3 -c 'import matplotlib'").rc != 0) GTEST_SKIP() << "matplotlib not installed";
+  const auto out = testing::scratch_dir("metrics-report-plots");
+  fs::remove_all(out);
+  const auto plots = run(report_bin() + " " + fixture("run_1gpu.json") + " " + fixture("run_8gpu_strong.json") + " " +
+                         fixture("run_2gpu_weak.json") + " --plot " + out.string() + " --plot-script " +
+                         testing::source_dir() + "/scripts/llmtrain_plot.py");
+  EXPECT_EQ(plots.rc, 0) << plots.out;
+  for (const char* png : {"loss.png", "mfu.png", "tokens_per_sec.png", "scaling.png"}) {
+    ASSERT_TRUE(fs::exists(out / png)) << png << "\n" << plots.out;
+    EXPECT_GT(fs::file_size(out / png), 10000u) << png;
+    std::ifstream f(out / png, std::ios::binary);
+    char sig[8];
+    f.read(sig, 8);
+    EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+  }
+  EXPECT_TRUE(fs::exists(out / "report.json"));
+}
