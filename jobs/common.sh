@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # jobs/common.sh — settings and helpers shared by every llmtrain sbatch template.
 # Sourced (not run) by jobs/*.sbatch, inside the allocation, in bash.
 #
@@ -109,20 +110,22 @@ fi
 
 : "${LLMTRAIN_LAUNCHER:=srun}"
 : "${LLMTRAIN_SRUN_MPI:=pmix}"
-# llmtrain_launch CMD ARGS... : one task per GPU (per slot on CPU); every rank
-# picks its device from its node-local rank, so nothing here sets CUDA_VISIBLE_DEVICES.
-llmtrain_launch() {
+# llmtrain_launcher: sets the array LAUNCHER to the command that starts one
+# task per GPU (per slot on CPU). Every rank picks its device from its
+# node-local rank, so nothing here sets CUDA_VISIBLE_DEVICES.
+llmtrain_launcher() {
   case "$LLMTRAIN_LAUNCHER" in
     srun)
       [[ -n "${SLURM_JOB_ID:-}" ]] || llmtrain_die "LLMTRAIN_LAUNCHER=srun needs a Slurm allocation; use LLMTRAIN_LAUNCHER=mpirun outside Slurm"
       # Since Slurm 22.05 srun does not inherit --cpus-per-task from sbatch.
-      srun --mpi="$LLMTRAIN_SRUN_MPI" --kill-on-bad-exit=1 \
-           ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK} "$@" ;;
+      LAUNCHER=(srun --mpi="$LLMTRAIN_SRUN_MPI" --kill-on-bad-exit=1
+                ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}) ;;
     mpirun)
-      mpirun -np "$NTASKS" --bind-to none "$@" ;;
+      LAUNCHER=(mpirun -np "$NTASKS" --bind-to none) ;;
     *) llmtrain_die "LLMTRAIN_LAUNCHER='$LLMTRAIN_LAUNCHER': expected srun or mpirun" ;;
   esac
 }
+llmtrain_launcher
 
 # ---- running llmtrain -------------------------------------------------------
 _llmtrain_child=""
@@ -141,8 +144,10 @@ trap '_llmtrain_forward TERM' TERM
 # to LOGFILE and to the job's output, returns its exit status.
 llmtrain_exec() {
   local logfile=$1; shift
-  llmtrain_log "run: $*"
-  llmtrain_launch "$@" >>"$logfile" 2>&1 &
+  llmtrain_log "run: ${LAUNCHER[*]} $*"
+  # The launcher itself is the background child (not a subshell around it), so
+  # the forwarded signal reaches srun/mpirun, which pass it on to every rank.
+  "${LAUNCHER[@]}" "$@" >>"$logfile" 2>&1 &
   _llmtrain_child=$!
   tail -n +1 -F --pid="$_llmtrain_child" "$logfile" 2>/dev/null &
   local tailpid=$! rc
