@@ -108,9 +108,30 @@ else:
     for v in ("tests", "benchmarks"):
         if v not in variants:
             problems.append(f"{path}: no variant '{v}'")
-    for d in ("cmake", "mpi", "hdf5", "boost", "nlohmann-json", "fmt", "pcre2", "py-torch", "nccl", "googletest", "benchmark"):
-        if d not in deps:
-            problems.append(f"{path}: no depends_on('{d}...')")
+    # Every dependency the CMake files look for must be a Spack dependency.
+    import glob, re
+    cmake_to_spack = {
+        "Torch": "py-torch", "MPI": "mpi", "HDF5": "hdf5", "Boost": "boost",
+        "nlohmann_json": "nlohmann-json", "fmt": "fmt", "PkgConfig": "pkgconfig",
+        "libpcre2-8": "pcre2", "icu-uc": "icu4c", "CUDAToolkit": "cuda", "NCCL": "nccl",
+        "GTest": "googletest", "benchmark": "benchmark", "Threads": None, "Python3": None,
+    }
+    cmake_files = ["CMakeLists.txt"] + glob.glob("*/CMakeLists.txt") + glob.glob("*/*/CMakeLists.txt")
+    wanted = {"cmake"}
+    for f in cmake_files:
+        if f.startswith(("build", "third_party")):
+            continue
+        text_c = open(f).read()
+        found = re.findall(r"find_package\(\s*(\w+)", text_c)
+        found += re.findall(r"pkg_check_modules\([^)]*?([\w.+-]+)\s*\)", text_c)
+        for name in found:
+            if name not in cmake_to_spack:
+                problems.append(f"{f}: looks for '{name}', which tests/slurm/check_templates.sh cannot map to a Spack package: add it to the map and to package.py")
+            elif cmake_to_spack[name]:
+                wanted.add(cmake_to_spack[name])
+    for d in sorted(wanted):
+        if not re.search(r"(^|\s)" + re.escape(d) + r"($|[@+~\s])", deps):
+            problems.append(f"{path}: no depends_on('{d}...') although the CMake files need it")
     methods = {n.name for n in cls[0].body if isinstance(n, ast.FunctionDef)}
     if "cmake_args" not in methods:
         problems.append(f"{path}: no cmake_args()")

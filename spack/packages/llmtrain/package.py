@@ -33,6 +33,7 @@ class Llmtrain(CMakePackage, CudaPackage):
     depends_on("nlohmann-json@3.9:")
     depends_on("fmt")
     depends_on("pcre2")  # tokenizer pre-split regex (libpcre2-8, Unicode properties)
+    depends_on("icu4c")  # NFC normalization (Qwen3 tokenizer), found through pkg-config icu-uc
     depends_on("openblas", when="~cuda")  # CPU LibTorch: without a fast BLAS it is ~20x slower
 
     # LibTorch comes from py-torch (its site-packages/torch holds the C++
