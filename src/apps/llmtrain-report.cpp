@@ -11,6 +11,7 @@
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/error.hpp"
@@ -60,16 +61,42 @@ std::string find_plot_script(const std::string& given) {
       "cannot find llmtrain_plot.py (looked next to the binary and in the source tree); pass --plot-script PATH");
 }
 
-int run_plot(const std::string& script, const std::string& data, const std::string& dir) {
+// Runs argv[0] (searched in PATH) with its output to /dev/null unless `quiet` is
+// false; returns its exit code (127 when it cannot be started).
+int run_program(const std::vector<std::string>& args, bool quiet) {
   const pid_t pid = fork();
   if (pid == 0) {
-    execlp("python3", "python3", script.c_str(), data.c_str(), dir.c_str(), static_cast<char*>(nullptr));
-    std::perror("llmtrain-report: cannot run python3");
+    if (quiet) {
+      std::FILE* null = std::fopen("/dev/null", "w");
+      if (null) {
+        dup2(fileno(null), 1);
+        dup2(fileno(null), 2);
+      }
+    }
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
     _exit(127);
   }
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+// The first Python that has matplotlib: $LLMTRAIN_PYTHON, python3 in PATH (a
+// pyenv or module one may lack it), then the system's /usr/bin/python3.
+std::string find_python() {
+  std::vector<std::string> candidates;
+  if (const char* e = std::getenv("LLMTRAIN_PYTHON")) candidates.push_back(e);
+  candidates.push_back("python3");
+  candidates.push_back("/usr/bin/python3");
+  for (const auto& c : candidates)
+    if (run_program({c, "-c", "import matplotlib"}, /*quiet=*/true) == 0) return c;
+  throw llmtrain::Error(fmt::format(
+      "--plot needs Python 3 with matplotlib; none of {} has it (install python3-matplotlib, or set "
+      "LLMTRAIN_PYTHON to a python that has it)",
+      fmt::join(candidates, ", ")));
 }
 
 }  // namespace
@@ -151,7 +178,7 @@ int main(int argc, char** argv) try {
       fs::create_directories(plot_dir);
       const std::string data = (fs::path(plot_dir) / "report.json").string();
       llmtrain::write_file_atomic(data, out.dump(2) + "\n");
-      const int prc = run_plot(find_plot_script(plot_script), data, plot_dir);
+      const int prc = run_program({find_python(), find_plot_script(plot_script), data, plot_dir}, false);
       if (prc != 0) throw llmtrain::Error(fmt::format("the plot script failed (exit code {})", prc));
     }
   }

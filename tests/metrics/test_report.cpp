@@ -144,7 +144,7 @@ TEST(ReportTool, TablesExitCodesAndPlots) {
   EXPECT_EQ(missing.rc, 1);
   EXPECT_NE(missing.out.find("/nonexistent/run_x.json"), std::string::npos) << missing.out;
 
-  if (run("python3 -c 'import matplotlib'").rc != 0) GTEST_SKIP() << "matplotlib not installed";
+  if (run("python3 -c 'import matplotlib' || /usr/bin/python3 -c 'import matplotlib'").rc != 0) GTEST_SKIP() << "matplotlib not installed";
   const auto out = testing::scratch_dir("metrics-report-plots");
   fs::remove_all(out);
   const auto plots = run(report_bin() + " " + fixture("run_1gpu.json") + " " + fixture("run_8gpu_strong.json") + " " +
