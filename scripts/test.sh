@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# test.sh: installs what is missing, builds (Release), fetches the pinned test
+# inputs from npm, and runs the whole CTest suite (unit, MPI, parity, Slurm).
+# Usage: scripts/test.sh [extra ctest args]      e.g. scripts/test.sh -L unit
+# Env: BUILD_DIR (default build), JOBS (default nproc), LLMTRAIN_SKIP_DEPS=1.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+
+[[ "${LLMTRAIN_SKIP_DEPS:-0}" == 1 ]] || bash scripts/install-deps.sh
+bash scripts/fetch-test-inputs.sh
+
+start=$(date +%s)
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_BUILD_TESTS=ON -DLLMTRAIN_BUILD_BENCHMARKS=ON
+cmake --build "$BUILD_DIR" -j "$JOBS"
+echo "test.sh: build took $(( $(date +%s) - start )) s"
+
+cd "$BUILD_DIR"
+# Tests declare PROCESSORS; -j lets CTest pack them onto the cores.
+ctest --output-on-failure -j "$JOBS" --timeout 900 "$@"

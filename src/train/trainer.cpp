@@ -1,0 +1,228 @@
+// Trainer: builds the parts of a run in a fixed order and runs the loop.
+// Read Trainer::Impl::train_step first: one iteration, top to bottom.
+#include "llmtrain/train/trainer.hpp"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "llmtrain/core/error.hpp"          // defines: Error, MPI_CHECK
+#include "llmtrain/core/log.hpp"            // defines: log::info (rank 0 only)
+#include "llmtrain/data/loader.hpp"         // defines: TokenLoader, Batch, read_data_info
+#include "llmtrain/dist/collectives.hpp"    // defines: Collectives, make_collectives
+#include "llmtrain/dist/runtime.hpp"        // defines: Runtime (rank, device)
+#include "llmtrain/dist/strategy.hpp"       // defines: Strategy (DDP / ZeRO-1 / FSDP), make_strategy
+#include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
+#include "llmtrain/train/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
+#include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
+#include "llmtrain/train/progress.hpp"      // defines: ProgressBar
+#include "llmtrain/train/run_log.hpp"       // defines: RunLog, start-up block
+#include "llmtrain/train/schedule.hpp"      // defines: LrSchedule
+
+namespace llmtrain {
+
+namespace {
+void sync_device(torch::Device d) {
+#ifdef LLMTRAIN_WITH_CUDA
+  if (d.is_cuda()) torch::cuda::synchronize(d.index());
+#else
+  (void)d;
+#endif
+}
+
+// Mean of a per-rank scalar over all ranks.
+double mean_over_ranks(double v, int world) {
+  double sum = 0;
+  MPI_CHECK(MPI_Allreduce(&v, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  return sum / world;
+}
+}  // namespace
+
+struct Trainer::Impl {
+  Config cfg;
+  Runtime& rt;
+  torch::Device device{torch::kCPU};
+  torch::ScalarType dtype = torch::kFloat;
+  DataInfo data;
+  ModelConfig mcfg;
+  Transformer model{nullptr};
+  std::unique_ptr<Collectives> comm;
+  std::unique_ptr<Strategy> strategy;
+  std::unique_ptr<TokenLoader> train_loader;
+  LrSchedule schedule;
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<RunLog> run_log;
+
+  Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(c) {
+    // 1. device and precision
+    device = rt.setup_device(cfg);
+    dtype = compute_dtype(cfg.dtype, device);
+    // 2. data: the index tells the vocabulary
+    data = read_data_info(cfg.data_dir);
+    // 3. model, initialized identically on every rank from the seed
+    mcfg = ModelConfig::from_config(cfg, data.vocab_size);
+    if (mcfg.vocab_size < data.vocab_size)
+      throw ConfigError(fmt::format("config key 'vocab_size' ({}) is smaller than the data's vocabulary ({} in {})",
+                                    mcfg.vocab_size, data.vocab_size, cfg.data_dir));
+    torch::manual_seed(cfg.seed);
+    model = Transformer(mcfg);
+    model->init_weights(static_cast<uint64_t>(cfg.seed));
+    model->to(device);
+    // 4. parallelism, applied from outside the model
+    comm = make_collectives(rt, device);
+    strategy = make_strategy(cfg, model, *comm);
+    // 5. loaders
+    train_loader = std::make_unique<TokenLoader>(cfg, rt, "train", device, /*stream=*/0);
+    // 6. metrics and the run log (rank 0 writes)
+    MetricsSetup setup;
+    setup.flops_per_token = mcfg.flops_per_token();
+    setup.flops_per_token_6n = mcfg.flops_per_token_6n();
+    setup.tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * rt.world_size() * cfg.block_size;
+    setup.num_devices = rt.world_size();
+    setup.peak = resolve_peak(rt.device_name(), cfg.dtype, cfg.peak_tflops);
+    setup.device = device;
+    metrics = std::make_unique<Metrics>(setup);
+    RunEnvironment env;
+    env.world_size = rt.world_size();
+    env.num_nodes = rt.num_nodes();
+    env.hostname = rt.hostname();
+    env.device_names = {rt.device_name()};
+    env.device_type = device.is_cuda() ? "cuda" : "cpu";
+    env.threads_per_rank = rt.num_threads();
+    env.attention_backend_used = model->attention_backend_used();
+    env.parallelism = fmt::format("{} over {} ({} B optimizer state on rank 0)", strategy->name(), comm->name(),
+                                  strategy->optimizer_state_bytes());
+    run_log = std::make_unique<RunLog>(cfg.out_dir, rt.is_root());
+    run_log->set_startup_info(make_startup_info(cfg, mcfg, env, setup));
+    run_log->flush(/*force=*/true);
+    log::info("{}", format_startup_block(cfg, mcfg, env, setup));
+    log::info("run log: {}", run_log->path());
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value());
+    return out;
+  }
+
+  // Mean loss over eval_iters micro-batches of `split`, averaged over ranks. The
+  // evaluation stream restarts at position 0 each time: every evaluation of a run
+  // sees the same batches, so the numbers are comparable.
+  double evaluate(const std::string& split) {
+    torch::NoGradGuard no_grad;
+    model->eval();
+    TokenLoader loader(cfg, rt, split, device, /*stream=*/1);
+    double sum = 0;
+    for (int64_t i = 0; i < cfg.eval_iters; ++i) {
+      Batch b = loader.next();
+      AutocastGuard autocast(device, dtype);
+      sum += model->loss(b.x, b.y).item<double>();
+    }
+    model->train();
+    return mean_over_ranks(sum / static_cast<double>(cfg.eval_iters), rt.world_size());
+  }
+
+  // ---- TRAINING STEP BEGIN ----
+  // One iteration: accumulate micro-batches, reduce, clip, step. The window
+  // between start_iter and end_iter is bounded by device synchronizations.
+  IterationMetrics train_step(int64_t iter) {
+    sync_device(device);
+    metrics->start_iter();
+    const double lr = schedule.at(iter);
+    const int64_t accum = cfg.gradient_accumulation_steps;
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      Batch batch;
+      {
+        auto t = metrics->phase(Phase::data);
+        batch = train_loader->next();                         // (B, T) x and y
+      }
+      auto t = metrics->phase(Phase::forward_backward);
+      torch::Tensor loss;
+      {
+        AutocastGuard autocast(device, dtype);
+        loss = model->loss(batch.x, batch.y) / static_cast<double>(accum);
+      }
+      strategy->backward(loss, /*last_micro=*/micro + 1 == accum);  // DDP: reduces only on the last
+      loss_sum += loss.detach().to(torch::kFloat);
+    }
+    {
+      auto t = metrics->phase(Phase::communication);          // only what did not overlap
+      strategy->finish_gradients();                           // gradients now averaged over ranks
+    }
+    double grad_norm = 0;
+    std::optional<GradNormStats> grad_stats;
+    {
+      auto t = metrics->phase(Phase::optimizer);
+      grad_norm = strategy->grad_norm();                      // global, across ranks and shards
+      const bool clip = cfg.grad_clip > 0 && grad_norm > cfg.grad_clip;
+      if (cfg.gradient_log_interval > 0 && iter % cfg.gradient_log_interval == 0)
+        grad_stats = summarize_grad_norms(parameter_grad_norms(named_parameters()), grad_norm, cfg.grad_clip);
+      strategy->step(lr, clip ? cfg.grad_clip / (grad_norm + 1e-6) : 1.0);  // AdamW (sharded: ZeRO-1/FSDP)
+    }
+    const double loss = mean_over_ranks(loss_sum.item<double>(), rt.world_size());
+    sync_device(device);
+    return metrics->end_iter(iter, loss, lr, grad_norm, grad_stats);
+  }
+  // ---- TRAINING STEP END ----
+};
+
+Trainer::Trainer(const Config& config, Runtime& rt) : impl_(std::make_unique<Impl>(config, rt)) {}
+Trainer::~Trainer() = default;
+
+TrainResult Trainer::run() {
+  auto& m = *impl_;
+  const Config& cfg = m.cfg;
+  TrainResult result;
+  if (cfg.eval_only) {
+    result.final_train_loss = m.evaluate("train");
+    result.final_val_loss = m.evaluate("val");
+    log::info("eval: train loss {:.4f}, val loss {:.4f}", result.final_train_loss, result.final_val_loss);
+    m.run_log->add_eval({{"iter", 0}, {"train_loss", result.final_train_loss}, {"val_loss", result.final_val_loss}});
+    m.run_log->flush(/*force=*/true);
+    result.run_log_path = m.run_log->path();
+    return result;
+  }
+  ProgressBar bar(0, cfg.max_iters, ProgressBar::detect_mode());
+  for (int64_t iter = 0; iter < cfg.max_iters; ++iter) {
+    const IterationMetrics it = m.train_step(iter);
+    m.run_log->add_iteration(it.to_json());
+    for (const auto& e : it.errors) {
+      m.run_log->add_error(e);
+      log::warn("self-check failed at iter {}: {}", iter, e);
+    }
+    if (!std::isfinite(it.loss))
+      throw Error(fmt::format("training diverged: loss is {} at iteration {} (lr {:.3e}); lower learning_rate or "
+                              "raise warmup_iters",
+                              it.loss, iter, it.lr));
+    const bool last = iter + 1 == cfg.max_iters;
+    if (iter % cfg.log_interval == 0 || last) bar.print_line(format_iteration_line(it, cfg.max_iters));
+    bar.update(iter + 1);
+    if ((iter + 1) % cfg.eval_interval == 0 || last) {
+      result.final_train_loss = m.evaluate("train");
+      result.final_val_loss = m.evaluate("val");
+      m.run_log->add_eval({{"iter", iter + 1}, {"train_loss", result.final_train_loss},
+                           {"val_loss", result.final_val_loss}});
+      bar.print_line(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", iter + 1,
+                                 result.final_train_loss, result.final_val_loss));
+      m.run_log->flush(/*force=*/true);
+    } else {
+      m.run_log->flush();
+    }
+    result.iterations = iter + 1;
+  }
+  bar.finish();
+  const auto summary = m.metrics->summary(cfg.warmup_report_iters);
+  m.run_log->set_summary(summary);
+  m.run_log->flush(/*force=*/true);
+  result.tokens_per_sec = summary.value("tokens_per_sec", 0.0);
+  result.run_log_path = m.run_log->path();
+  return result;
+}
+
+}  // namespace llmtrain
