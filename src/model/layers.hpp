@@ -1,0 +1,92 @@
+// Building blocks of the Transformer (private to src/model): norms, RoPE,
+// attention with its backends, MLPs, the pre-norm block.
+// Shapes: B batch, T time, C = n_embd, H query heads, K key/value heads,
+// G = H / K queries per KV head, D head_dim, F ffn_hidden.
+#pragma once
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "llmtrain/model/transformer.hpp"
+
+namespace llmtrain::model_detail {
+
+// RMSNorm or LayerNorm (with or without bias) over the last dimension.
+class NormImpl : public torch::nn::Module {
+ public:
+  NormImpl(int64_t dim, bool layernorm, bool bias, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor weight, bias;  // (dim), bias undefined unless layernorm && bias
+ private:
+  int64_t dim_;
+  bool layernorm_;
+  double eps_;
+};
+TORCH_MODULE(Norm);
+
+// RoPE, rotate-half (GPT-NeoX / HF LLaMA) convention: the pair (i, i + D/2) of
+// position m is rotated by m * theta^(-2i/D). cos, sin: (T, 1, D/2);
+// x: (B, T, heads, D) -> same shape.
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// cos/sin tables (T, 1, D/2) in float32 for positions 0..T-1.
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t T, int64_t D, double theta);
+
+// The backend that serves `requested` in this build, and a warning line when it
+// is not the requested one (empty otherwise).
+std::pair<std::string, std::string> resolve_attention_backend(const std::string& requested);
+
+// Causal attention core. q: (B, H, T, D), k, v: (B, K, T, D) -> (B, H, T, D).
+// `mask` is the cached additive causal mask (block_size, block_size) used by the
+// manual backend (undefined for sdpa). No K/V copy per query head on the manual
+// path: queries are grouped as (B, K, G*T, D) and multiplied by (B, K, D, T).
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const std::string& backend, const torch::Tensor& mask,
+                               double dropout, bool training);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& cfg);
+  // x: (B, T, C); cos/sin: RoPE tables or undefined; mask: see causal_attention.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask, const std::string& backend);
+
+  torch::nn::Linear c_attn{nullptr};  // C -> (H + 2K) * D, fused q|k|v
+  torch::nn::Linear c_proj{nullptr};  // H * D -> C (residual projection)
+  Norm q_norm{nullptr}, k_norm{nullptr};  // RMSNorm over D (qk_norm only)
+ private:
+  int64_t n_head_, n_kv_head_, head_dim_;
+  double dropout_;
+};
+TORCH_MODULE(Attention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+
+  torch::nn::Linear c_fc{nullptr};    // C -> 2F (swiglu: gate | up) or F (gelu)
+  torch::nn::Linear c_proj{nullptr};  // F -> C (residual projection)
+ private:
+  bool swiglu_;
+};
+TORCH_MODULE(Mlp);
+
+// Pre-norm block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask, const std::string& backend);
+
+  Norm ln_1{nullptr}, ln_2{nullptr};
+  Attention attn{nullptr};
+  Mlp mlp{nullptr};
+ private:
+  double dropout_;
+};
+TORCH_MODULE(Block);
+
+}  // namespace llmtrain::model_detail

@@ -1,0 +1,198 @@
+// The presets in inputs/: full-size parameter counts by arithmetic (never
+// allocated), the arithmetic checked against built tiny models of each family,
+// describe_model, attention backends and their fallback.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/model/describe.hpp"
+#include "llmtrain/model/transformer.hpp"
+#include "model/layers.hpp"
+#include "test_util.hpp"
+
+using llmtrain::Config;
+using llmtrain::ModelConfig;
+using llmtrain::Transformer;
+
+namespace {
+
+Config load_preset(const std::string& name) {
+  Config c;
+  c.load_file(llmtrain::testing::source_dir() + "/inputs/" + name + ".cfg");
+  c.validate();
+  return c;
+}
+
+ModelConfig preset_model(const std::string& name) { return ModelConfig::from_config(load_preset(name), 0); }
+
+// The issue quotes counts in billions rounded to three decimals.
+double billions_3(int64_t n) { return std::round(static_cast<double>(n) / 1e6) / 1e3; }
+
+const char* const kTiny[] = {"tiny_llama", "tiny_llama3", "tiny_qwen3", "tiny_gpt2"};
+
+// Group of a built parameter by its name, as param_breakdown groups them.
+std::string group_of(const std::string& name) {
+  if (name.rfind("wte.", 0) == 0 || name.rfind("wpe.", 0) == 0) return "embeddings";
+  if (name.rfind("lm_head.", 0) == 0) return "head";
+  if (name.find("ln_") != std::string::npos || name.find("_norm.") != std::string::npos) return "norms";
+  if (name.find(".attn.") != std::string::npos) return "attention";
+  if (name.find(".mlp.") != std::string::npos) return "mlp";
+  return "?" + name;
+}
+
+}  // namespace
+
+TEST(Presets, Llama136bHasExactlyTheQuotedParameters) {
+  const auto m = preset_model("full_llama_1.36b");
+  EXPECT_EQ(m.num_params(), 1294159104);
+  EXPECT_EQ(m.arch_string(), "18L-18H-2304D-6144ff-RoPE-RMS-SwiGLU-PreNorm");
+  EXPECT_EQ(m.block_size, 2048);
+  // By hand: N = 18 * (4 * 2304^2 + 3 * 2304 * 6144) + 32000 * 2304 = 1,220,345,856;
+  // 6N + 12 * 18 * 18 * 128 * 2048.
+  EXPECT_EQ(m.num_matmul_params(), 1220345856);
+  EXPECT_DOUBLE_EQ(m.flops_per_token(), 6.0 * 1220345856 + 12.0 * 18 * 18 * 128 * 2048);
+}
+
+TEST(Presets, FullPresetsMatchTheIssueFigures) {
+  EXPECT_DOUBLE_EQ(billions_3(preset_model("full_llama3_1.5b_optimal").num_params()), 1.545);
+  EXPECT_DOUBLE_EQ(billions_3(preset_model("full_llama3_2.2b_chinchilla").num_params()), 2.224);
+  const auto qwen = preset_model("full_qwen3_1.8b_optimal");
+  EXPECT_EQ(qwen.padded_vocab, 151808);  // 151643 padded to a multiple of 256
+  EXPECT_DOUBLE_EQ(billions_3(qwen.num_params()), 1.830);
+  EXPECT_TRUE(qwen.qk_norm);
+  EXPECT_EQ(qwen.head_dim, 128);
+  const auto gpt2 = preset_model("full_gpt2_1.36b");
+  EXPECT_EQ(gpt2.padded_vocab, 50304);
+  EXPECT_EQ(gpt2.arch_string(), "18L-18H-2304D-9216ff-LearnedPos-LN-GELU-Bias-Tied-PreNorm");
+  // 18 * (12 d^2 + 13 d) + 50304 d + 2048 d + 2d, d = 2304 (tied head counted once).
+  const int64_t d = 2304;
+  EXPECT_EQ(gpt2.num_params(), 18 * (12 * d * d + 13 * d) + 50304 * d + 2048 * d + 2 * d);
+  for (const char* name : {"full_llama_1.36b", "full_llama3_1.5b_optimal", "full_llama3_2.2b_chinchilla",
+                           "full_qwen3_1.8b_optimal", "full_gpt2_1.36b"}) {
+    const auto m = preset_model(name);
+    EXPECT_EQ(llmtrain::param_breakdown(m).total, m.num_params()) << name;
+  }
+}
+
+TEST(Presets, ArithmeticMatchesBuiltTinyModelOfEachFamily) {
+  for (const char* name : kTiny) {
+    const auto m = preset_model(name);
+    Transformer model(m);
+    std::map<std::string, int64_t> by_group;
+    int64_t total = 0;
+    for (auto& item : model->named_parameters()) {
+      by_group[group_of(item.key())] += item.value().numel();
+      total += item.value().numel();
+    }
+    const auto pb = llmtrain::param_breakdown(m);
+    EXPECT_EQ(total, m.num_params()) << name;
+    EXPECT_EQ(by_group["embeddings"], pb.embeddings) << name;
+    EXPECT_EQ(by_group["attention"], pb.attention) << name;
+    EXPECT_EQ(by_group["mlp"], pb.mlp) << name;
+    EXPECT_EQ(by_group["norms"], pb.norms) << name;
+    EXPECT_EQ(by_group["head"], pb.head) << name;
+    EXPECT_EQ(by_group.size(), m.tie_embeddings ? 4u : 5u) << name;  // nothing unclassified
+    // Tiny means tiny: a few hundred thousand parameters.
+    EXPECT_GT(total, 100000) << name;
+    EXPECT_LT(total, 600000) << name;
+    // Weight and gradient bytes of the estimate are the built model's bytes.
+    const auto est = llmtrain::estimate_memory(m, "float32", 8, 4, "manual");
+    EXPECT_DOUBLE_EQ(est[0].weights, 4.0 * total);
+    EXPECT_DOUBLE_EQ(est[0].gradients, 4.0 * total);
+    EXPECT_DOUBLE_EQ(est[0].optimizer, 8.0 * total);
+    EXPECT_DOUBLE_EQ(est[1].optimizer, 8.0 * total / 4);
+  }
+}
+
+TEST(Presets, TinyFamiliesTrainForwardBackward) {
+  for (const char* name : kTiny) {
+    auto c = load_preset(name);
+    const auto m = ModelConfig::from_config(c, 0);
+    Transformer model(m);
+    model->init_weights(static_cast<uint64_t>(c.seed));
+    auto gen = at::detail::createCPUGenerator(3);
+    auto x = torch::randint(m.vocab_size, {2, m.block_size}, gen, torch::kLong);
+    auto y = torch::randint(m.vocab_size, {2, m.block_size}, gen, torch::kLong);
+    auto loss = model->loss(x, y);
+    EXPECT_NEAR(loss.item<double>(), std::log(256.0), 0.1) << name;
+    loss.backward();
+    double gnorm2 = 0;
+    for (auto& p : model->parameters()) gnorm2 += p.grad().pow(2).sum().item<double>();
+    EXPECT_TRUE(std::isfinite(gnorm2) && gnorm2 > 0) << name;
+  }
+}
+
+TEST(Describe, FullPresetsWithoutAllocating) {
+  auto c = load_preset("full_llama_1.36b");
+  const std::string d = llmtrain::describe_model(c, 8);
+  EXPECT_NE(d.find("18L-18H-2304D-6144ff-RoPE-RMS-SwiGLU-PreNorm"), std::string::npos) << d;
+  EXPECT_NE(d.find("1,294,159,104"), std::string::npos) << d;
+  EXPECT_NE(d.find("zero1"), std::string::npos) << d;
+  EXPECT_NE(d.find("fsdp"), std::string::npos) << d;
+  // bf16 mixed precision: 2 + 2 + 12 bytes per parameter under DDP; ZeRO-1 and
+  // FSDP shard the optimizer's 12 by the world size.
+  const auto m = ModelConfig::from_config(c, 0);
+  const double P = static_cast<double>(m.num_params());
+  const auto est = llmtrain::estimate_memory(m, "bfloat16", 8, 8, "sdpa");
+  EXPECT_DOUBLE_EQ(est[0].weights + est[0].gradients + est[0].optimizer, 16.0 * P);
+  EXPECT_DOUBLE_EQ(est[1].optimizer, 12.0 * P / 8);
+  EXPECT_LT(est[2].weights, est[1].weights);
+  EXPECT_LT(est[2].total(), est[1].total());
+  EXPECT_LT(est[1].total(), est[0].total());
+  for (const char* name : {"full_llama3_1.5b_optimal", "full_llama3_2.2b_chinchilla", "full_qwen3_1.8b_optimal",
+                           "full_gpt2_1.36b"})
+    EXPECT_FALSE(llmtrain::describe_model(load_preset(name), 64).empty());
+  Config no_vocab = c;
+  no_vocab.vocab_size = 0;
+  EXPECT_THROW(llmtrain::describe_model(no_vocab, 8), llmtrain::ConfigError);
+}
+
+TEST(Attention, FallbackChainWarnsOnceAndReportsTheBackendUsed) {
+  using llmtrain::model_detail::resolve_attention_backend;
+  auto [manual, no_warning] = resolve_attention_backend("manual");
+  EXPECT_EQ(manual, "manual");
+  EXPECT_TRUE(no_warning.empty());
+  auto [used, warning] = resolve_attention_backend("flash_attn_3");
+#if TORCH_VERSION_MAJOR >= 2
+  EXPECT_EQ(used, "sdpa");
+#else
+  EXPECT_EQ(used, "manual");
+  EXPECT_NE(warning.find("LibTorch >= 2.0"), std::string::npos) << warning;
+#endif
+  EXPECT_NE(warning.find("flash_attn_3"), std::string::npos) << warning;
+  EXPECT_EQ(warning.find('\n'), std::string::npos) << "one line";
+  ModelConfig m = preset_model("tiny_llama");
+  m.attention_backend = "flash_attn_2";
+  Transformer model(m);
+  EXPECT_EQ(model->attention_backend_used(), used);
+  EXPECT_THROW(resolve_attention_backend("flash"), llmtrain::ConfigError);
+}
+
+TEST(Attention, AvailableBackendsAgree) {
+  std::vector<std::string> backends;
+  for (const char* b : {"flash_attn_3", "flash_attn_2", "sdpa", "manual"}) {
+    auto used = llmtrain::model_detail::resolve_attention_backend(b).first;
+    if (std::find(backends.begin(), backends.end(), used) == backends.end()) backends.push_back(used);
+  }
+  if (backends.size() < 2) GTEST_SKIP() << "only the " << backends[0] << " backend is built here";
+  ModelConfig m = preset_model("tiny_qwen3");  // GQA + QK-norm
+  auto gen = at::detail::createCPUGenerator(9);
+  auto x = torch::randint(m.vocab_size, {2, 64}, gen, torch::kLong);
+  torch::Tensor ref;
+  for (const auto& b : backends) {
+    m.attention_backend = b;
+    Transformer model(m);
+    model->init_weights(5);
+    auto out = model->forward(x);
+    if (!ref.defined())
+      ref = out;
+    else
+      EXPECT_TRUE(torch::allclose(out, ref, 1e-4, 1e-4)) << b;
+  }
+}

@@ -1,0 +1,267 @@
+// The Transformer against direct formulas: parameter arithmetic vs the built
+// module, RoPE, grouped-query attention, causality, initialization, training.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/model/transformer.hpp"
+#include "model/layers.hpp"
+
+using llmtrain::Config;
+using llmtrain::ModelConfig;
+using llmtrain::Transformer;
+
+namespace {
+
+ModelConfig tiny_llama() {
+  ModelConfig m;
+  m.vocab_size = 100;
+  m.padded_vocab = 128;
+  m.block_size = 32;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.n_embd = 32;
+  m.head_dim = 8;
+  m.ffn_hidden = 96;
+  m.attention_backend = "manual";
+  return m;
+}
+
+ModelConfig tiny_gpt2() {
+  ModelConfig m = tiny_llama();
+  m.n_kv_head = 4;
+  m.norm = "layernorm";
+  m.pos_encoding = "learned";
+  m.ffn = "gelu";
+  m.ffn_hidden = 128;
+  m.bias = true;
+  m.tie_embeddings = true;
+  return m;
+}
+
+ModelConfig tiny_qwen3() {
+  ModelConfig m = tiny_llama();
+  m.head_dim = 12;  // n_head * head_dim = 48 != n_embd = 32
+  m.qk_norm = true;
+  m.rope_theta = 1e6;
+  m.norm_eps = 1e-6;
+  return m;
+}
+
+int64_t built_numel(Transformer& model) {
+  int64_t n = 0;
+  for (auto& p : model->parameters()) n += p.numel();
+  return n;
+}
+
+torch::Tensor random_tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return torch::randint(V, {B, T}, gen, torch::kLong);
+}
+
+// Plain multi-head causal attention by the textbook formula, one head at a time.
+// q: (B, H, T, D), k, v: (B, H, T, D).
+torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t T = q.size(2), D = q.size(3);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
+  auto future = torch::ones({T, T}, torch::kBool).triu(1);
+  scores = scores.masked_fill(future, -INFINITY);
+  return torch::matmul(torch::softmax(scores, -1), v);
+}
+
+}  // namespace
+
+TEST(ModelConfig, ParamArithmeticEqualsBuiltModule) {
+  for (const auto& cfg : {tiny_llama(), tiny_gpt2(), tiny_qwen3()}) {
+    Transformer model(cfg);
+    EXPECT_EQ(cfg.num_params(), built_numel(model)) << cfg.arch_string();
+  }
+  auto untied_ln_nobias = tiny_gpt2();
+  untied_ln_nobias.bias = false;
+  untied_ln_nobias.tie_embeddings = false;
+  Transformer model(untied_ln_nobias);
+  EXPECT_EQ(untied_ln_nobias.num_params(), built_numel(model));
+}
+
+TEST(ModelConfig, FromConfigResolvesDefaults) {
+  Config c;
+  c.n_layer = 2;
+  c.n_head = 6;
+  c.n_embd = 384;
+  c.block_size = 64;
+  c.vocab_pad_multiple = 64;
+  auto m = ModelConfig::from_config(c, /*data_vocab_size=*/50257);
+  EXPECT_EQ(m.vocab_size, 50257);
+  EXPECT_EQ(m.padded_vocab, 50304);
+  EXPECT_EQ(m.n_kv_head, 6);
+  EXPECT_EQ(m.head_dim, 64);
+  EXPECT_EQ(m.ffn_hidden, 1024);  // 8/3 * 384 = 1024, already a multiple of 256
+  c.n_embd = 2048;
+  EXPECT_EQ(ModelConfig::from_config(c, 100).ffn_hidden, 5632);  // 5461.3 -> 5632
+  c.ffn = "gelu";
+  EXPECT_EQ(ModelConfig::from_config(c, 100).ffn_hidden, 8192);
+  c.n_kv_head = 4;  // does not divide 6
+  EXPECT_THROW(ModelConfig::from_config(c, 100), llmtrain::ConfigError);
+  c.n_kv_head = 0;
+  EXPECT_THROW(ModelConfig::from_config(c, 0), llmtrain::ConfigError);  // no vocabulary anywhere
+  c.n_embd = 100;  // 100 / 6 not integral, head_dim not given
+  EXPECT_THROW(ModelConfig::from_config(c, 100), llmtrain::ConfigError);
+}
+
+TEST(ModelConfig, FlopsFollowTheDesignRule) {
+  auto m = tiny_llama();
+  // Matmul weights by hand: per layer q|k|v 32*(4+2*2)*8, o 32*32, MLP 3*32*96; head 100*32 (unpadded rows).
+  const int64_t per_layer = 32 * 64 + 32 * 32 + 3 * 32 * 96;
+  EXPECT_EQ(m.num_matmul_params(), 2 * per_layer + 100 * 32);
+  EXPECT_DOUBLE_EQ(m.flops_per_token(), 6.0 * (2 * per_layer + 100 * 32) + 12.0 * 2 * 4 * 8 * 32);
+  EXPECT_DOUBLE_EQ(m.flops_per_token_6n(), 6.0 * m.num_params());
+  EXPECT_EQ(m.arch_string(), "2L-4H-2KV-32D-96ff-RoPE-RMS-SwiGLU-PreNorm");
+}
+
+TEST(Rope, MatchesTheFormula) {
+  const int64_t B = 2, T = 7, H = 3, D = 8;
+  const double theta = 10000.0;
+  auto x = torch::randn({B, T, H, D}, torch::kDouble);
+  auto [cos, sin] = llmtrain::model_detail::rope_tables(T, D, theta);
+  auto y = llmtrain::model_detail::apply_rope(x.to(torch::kFloat), cos, sin).to(torch::kDouble);
+  auto xa = x.accessor<double, 4>();
+  auto ya = y.accessor<double, 4>();
+  double max_err = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t m = 0; m < T; ++m)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < D / 2; ++i) {
+          // Pair (i, i + D/2) rotated by angle m * theta^(-2i/D).
+          const double a = m * std::pow(theta, -2.0 * i / D);
+          const double x1 = xa[b][m][h][i], x2 = xa[b][m][h][i + D / 2];
+          max_err = std::max(max_err, std::abs(ya[b][m][h][i] - (x1 * std::cos(a) - x2 * std::sin(a))));
+          max_err = std::max(max_err, std::abs(ya[b][m][h][i + D / 2] - (x2 * std::cos(a) + x1 * std::sin(a))));
+        }
+  EXPECT_LT(max_err, 1e-5);
+  // Rotation keeps norms, and position 0 is the identity.
+  EXPECT_TRUE(torch::allclose(y.select(1, 0), x.select(1, 0), 1e-6, 1e-6));
+}
+
+TEST(Attention, ManualGqaEqualsReferenceWithRepeatedKv) {
+  const int64_t B = 2, H = 6, K = 2, T = 9, D = 4, G = H / K;
+  auto q = torch::randn({B, H, T, D});
+  auto k = torch::randn({B, K, T, D});
+  auto v = torch::randn({B, K, T, D});
+  auto mask = torch::full({16, 16}, -INFINITY).triu(1);
+  auto y = llmtrain::model_detail::causal_attention(q, k, v, "manual", mask, 0.0, false);
+  // Query head h reads KV head h / G.
+  auto kr = k.repeat_interleave(G, 1), vr = v.repeat_interleave(G, 1);
+  EXPECT_TRUE(torch::allclose(y, reference_attention(q, kr, vr), 1e-5, 1e-5));
+  // K = H is plain multi-head attention.
+  auto y_mha = llmtrain::model_detail::causal_attention(q, kr, vr, "manual", mask, 0.0, false);
+  EXPECT_TRUE(torch::allclose(y_mha, reference_attention(q, kr, vr), 1e-5, 1e-5));
+}
+
+TEST(Attention, GqaModelEqualsMultiHeadModelWithCopiedKv) {
+  auto gqa_cfg = tiny_llama();  // 4 query heads, 2 KV heads
+  auto mha_cfg = gqa_cfg;
+  mha_cfg.n_kv_head = mha_cfg.n_head;
+  Transformer gqa(gqa_cfg), mha(mha_cfg);
+  gqa->init_weights(7);
+  mha->init_weights(8);
+  const int64_t H = 4, K = 2, G = 2, D = 8, C = 32;
+  {
+    torch::NoGradGuard ng;
+    auto src = gqa->named_parameters();
+    for (auto& item : mha->named_parameters()) {
+      auto s = src[item.key()];
+      if (item.key().find("c_attn.weight") != std::string::npos) {
+        // Rows: q (H*D) | k (K*D) | v (K*D); each KV head repeated for its G query heads.
+        auto q = s.narrow(0, 0, H * D);
+        auto k = s.narrow(0, H * D, K * D).view({K, D, C}).repeat_interleave(G, 0).reshape({H * D, C});
+        auto v = s.narrow(0, (H + K) * D, K * D).view({K, D, C}).repeat_interleave(G, 0).reshape({H * D, C});
+        item.value().copy_(torch::cat({q, k, v}, 0));
+      } else {
+        item.value().copy_(s);
+      }
+    }
+  }
+  auto idx = random_tokens(2, 16, 100, 3);
+  EXPECT_TRUE(torch::allclose(gqa->forward(idx), mha->forward(idx), 1e-5, 1e-5));
+}
+
+TEST(Transformer, IsCausal) {
+  for (const auto& cfg : {tiny_llama(), tiny_gpt2(), tiny_qwen3()}) {
+    Transformer model(cfg);
+    model->eval();
+    auto a = random_tokens(2, 20, cfg.vocab_size, 1);
+    auto b = a.clone();
+    const int64_t t = 11;
+    b.narrow(1, t + 1, 20 - t - 1).copy_(random_tokens(2, 20 - t - 1, cfg.vocab_size, 2));
+    auto la = model->forward(a), lb = model->forward(b);
+    EXPECT_TRUE(torch::allclose(la.narrow(1, 0, t + 1), lb.narrow(1, 0, t + 1), 1e-5, 1e-5)) << cfg.arch_string();
+    EXPECT_FALSE(torch::allclose(la.narrow(1, t + 1, 1), lb.narrow(1, t + 1, 1), 1e-5, 1e-5));
+  }
+}
+
+TEST(Transformer, ForwardBackwardTrainsEachFamily) {
+  for (const auto& cfg : {tiny_llama(), tiny_gpt2(), tiny_qwen3()}) {
+    Transformer model(cfg);
+    model->init_weights(1);
+    auto x = random_tokens(4, 32, cfg.vocab_size, 5);
+    auto y = random_tokens(4, 32, cfg.vocab_size, 6);
+    auto logits = model->forward(x);
+    EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{4, 32, cfg.padded_vocab}));
+    auto loss0 = model->loss(x, y);
+    // Small init: the first loss is close to uniform over the padded vocabulary.
+    EXPECT_NEAR(loss0.item<double>(), std::log(static_cast<double>(cfg.padded_vocab)), 0.1);
+    loss0.backward();
+    for (auto& item : model->named_parameters()) {
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      EXPECT_TRUE(torch::isfinite(item.value().grad()).all().item<bool>()) << item.key();
+    }
+    // A few SGD steps on one batch must lower its loss.
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
+    for (int i = 0; i < 10; ++i) {
+      opt.zero_grad();
+      model->loss(x, y).backward();
+      opt.step();
+    }
+    EXPECT_LT(model->loss(x, y).item<double>(), loss0.item<double>() - 0.3) << cfg.arch_string();
+  }
+}
+
+TEST(Transformer, InitIsDeterministicPerSeed) {
+  auto cfg = tiny_qwen3();
+  Transformer a(cfg), b(cfg), c(cfg);
+  a->init_weights(42);
+  b->init_weights(42);
+  c->init_weights(43);
+  auto pa = a->named_parameters(), pb = b->named_parameters(), pc = c->named_parameters();
+  bool any_differs = false;
+  for (auto& item : pa) {
+    EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+    if (!torch::equal(item.value(), pc[item.key()])) any_differs = true;
+  }
+  EXPECT_TRUE(any_differs);
+  // Residual projections are drawn with std 0.02 / sqrt(2 L); norms start at 1.
+  auto resid = pa["h.0.mlp.c_proj.weight"];
+  EXPECT_NEAR(resid.std().item<double>(), 0.02 / std::sqrt(4.0), 0.002);
+  EXPECT_NEAR(pa["h.0.attn.c_attn.weight"].std().item<double>(), 0.02, 0.002);
+  EXPECT_TRUE(torch::equal(pa["ln_f.weight"], torch::ones({32})));
+  EXPECT_TRUE(torch::equal(pa["h.1.attn.q_norm.weight"], torch::ones({12})));
+}
+
+TEST(Transformer, ParameterGroupsCoverEveryParameterOnce) {
+  for (const auto& cfg : {tiny_llama(), tiny_gpt2()}) {
+    Transformer model(cfg);
+    int64_t decay = 0, no_decay = 0;
+    for (auto& t : model->decay_parameters()) decay += t.numel();
+    for (auto& t : model->no_decay_parameters()) {
+      EXPECT_EQ(t.dim(), 1);
+      no_decay += t.numel();
+    }
+    EXPECT_EQ(decay + no_decay, cfg.num_params());
+    EXPECT_EQ(static_cast<int64_t>(model->blocks().size()), cfg.n_layer);
+  }
+}
