@@ -265,7 +265,8 @@ nlohmann::json summarize_records(const nlohmann::json& records, int64_t warmup_i
     if (i < skip) continue;
     const double dt = num_or(r, "dt_ms", 0.0);
     sum_dt += dt;
-    sum_tokens += num_or(r, "tokens_per_sec", 0.0) * dt / 1e3;
+    // The measured token count when present; tokens/s is derived from it.
+    sum_tokens += r.contains("tokens") ? num_or(r, "tokens", 0.0) : num_or(r, "tokens_per_sec", 0.0) * dt / 1e3;
     sum_flop_ms += num_or(r, "achieved_tflops", 0.0) * dt;
     if (r.contains("mfu") && r["mfu"].is_number()) {
       sum_mfu_ms += r["mfu"].get<double>() * dt;

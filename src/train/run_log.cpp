@@ -386,7 +386,8 @@ std::string format_budget_table(const std::vector<RunSummary>& runs, double toke
       continue;
     }
     const double hours = token_budget / tps / 3600.0;
-    s += fmt::format("{:<44} {:>5} {:>12.0f} {:>10.1f} {:>8.2f}\n", r.label, r.world_size, tps, hours, hours / 24.0);
+    s += fmt::format("{:<44} {:>5} {:>12.0f} {:>10.1f} {:>8.2f}{}\n", r.label, r.world_size, tps, hours, hours / 24.0,
+                     r.errors.empty() ? "" : "  (log failed the self-check)");
   }
   return s;
 }

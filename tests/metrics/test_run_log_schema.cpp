@@ -57,14 +57,29 @@ class RealRun : public ::testing::Test {
     dir_ = fs::path(kBuild) / "test-scratch" / "metrics-real-run";
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "text");
-    // A small English corpus: this repository's documentation.
-    std::ofstream corpus(dir_ / "text" / "docs.txt");
-    for (const auto& e : fs::directory_iterator(fs::path(kSource) / "docs"))
-      if (e.path().extension() == ".md") corpus << std::ifstream(e.path()).rdbuf() << "\n";
+    // A small English corpus: this repository's documentation, one document per
+    // paragraph (JSONL), so that the val split gets some documents.
+    std::ofstream corpus(dir_ / "text" / "docs.jsonl");
+    int docs = 0;
+    for (const auto& e : fs::directory_iterator(fs::path(kSource) / "docs")) {
+      if (e.path().extension() != ".md") continue;
+      std::ifstream in(e.path());
+      std::string line, para;
+      while (std::getline(in, line)) {
+        if (line.empty() && !para.empty()) {
+          corpus << json({{"text", para}}).dump() << "\n";
+          para.clear();
+          ++docs;
+        } else if (!line.empty()) {
+          para += line + "\n";
+        }
+      }
+      if (!para.empty()) corpus << json({{"text", para}}).dump() << "\n", ++docs;
+    }
     corpus.close();
     const std::string mpi = std::string(LLMTRAIN_SCHEMA_MPIEXEC) + " -n ";
-    const auto prep = run(mpi + "1 " + (bin / "llmtrain-prepare").string() + " --input " + (dir_ / "text").string() +
-                          " --output " + (dir_ / "data").string() + " --tokenizer byte --val_fraction 0.1");
+    const auto prep = run(mpi + "1 " + (bin / "llmtrain-prepare").string() + " --out_dir " + (dir_ / "data").string() +
+                          " --tokenizer byte --val_fraction 0.2 --no_progress " + (dir_ / "text" / "docs.jsonl").string());
     prepare_out_ = prep.out;
     if (prep.rc != 0) return;
     const auto train = run(fmt::format(
