@@ -10,6 +10,19 @@ namespace llmtrain {
 
 class Runtime;
 
+// A collective started without waiting. The buffers it was given must stay alive
+// and untouched until wait() returns.
+class CommWork {
+ public:
+  virtual ~CommWork() = default;
+  // Blocks until the collective is complete (NCCL: orders the compute stream after
+  // it instead of blocking the host).
+  virtual void wait() = 0;
+  // Drives progress (MPI needs calls to progress nonblocking collectives); true
+  // once complete.
+  virtual bool test() = 0;
+};
+
 class Collectives {
  public:
   virtual ~Collectives() = default;
@@ -25,6 +38,18 @@ class Collectives {
   virtual void reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) = 0;
   // in: n elements; out: world_size * n elements, rank r's input at [r*n, (r+1)*n).
   virtual void all_gather(const torch::Tensor& in, torch::Tensor& out) = 0;
+
+  // Nonblocking forms (MPI_Iallreduce / MPI_Ireduce_scatter_block; NCCL on its
+  // own stream). The defaults run the blocking call and return finished work.
+  virtual std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t);
+  virtual std::unique_ptr<CommWork> reduce_scatter_sum_async(const torch::Tensor& in, torch::Tensor& out);
+
+  // Collective calls issued so far, blocking and nonblocking: lets tests check
+  // that a phase (an accumulation micro-step) communicates nothing.
+  int64_t num_calls() const { return calls_; }
+
+ protected:
+  int64_t calls_ = 0;
 };
 
 // NCCL on a CUDA device (when built with CUDA), MPI otherwise.

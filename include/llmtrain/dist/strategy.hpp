@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "llmtrain/model/transformer.hpp"
 
@@ -34,6 +35,19 @@ class Strategy {
   // Bytes of optimizer state (moments, master weights) held by this rank.
   virtual int64_t optimizer_state_bytes() const = 0;
 };
+
+// The parameters a strategy manages, without the model class (tests, other
+// modules). `params` in forward (registration) order: buckets are laid out in
+// reverse so the first buckets fill first during backward. `no_decay` is the
+// subset AdamW does not decay. `units` (FSDP): indices into params, one list per
+// sharding unit (transformer block); may be empty for DDP / ZeRO-1.
+struct ParamGroups {
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> no_decay;
+  std::vector<std::vector<int>> units;
+};
+
+std::unique_ptr<Strategy> make_strategy(const Config& config, const ParamGroups& groups, Collectives& comm);
 
 // Picks the strategy the config asks for (use_zero1 / use_fsdp / plain DDP).
 // Broadcasts rank 0's parameters so every rank starts identical.

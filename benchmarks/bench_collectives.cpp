@@ -1,0 +1,114 @@
+// Bus bandwidth of llmtrain's collectives next to the raw MPI calls on the same
+// buffers, 1 KiB - 256 MiB. Run under MPI, e.g.
+//   mpiexec -n 2 build/bin/bench-collectives --benchmark_format=json > c.json
+//   python3 benchmarks/collectives_table.py c.json
+// busbw (nccl-tests convention): allreduce S/t * 2(W-1)/W; reduce-scatter and
+// all-gather S/t * (W-1)/W, S = the full (world-sized) buffer in bytes.
+// Every rank runs the same fixed iteration count (no adaptive iteration counts:
+// ranks that disagreed would deadlock); the time of an iteration is the max over
+// ranks.
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <chrono>
+
+#include <torch/torch.h>
+
+#include "llmtrain/dist/collectives.hpp"  // defines: Collectives, make_collectives
+#include "llmtrain/dist/runtime.hpp"      // defines: Runtime (MPI init)
+
+namespace {
+
+llmtrain::Runtime* g_rt = nullptr;
+std::unique_ptr<llmtrain::Collectives> g_comm;
+
+enum Op { allreduce, reduce_scatter, all_gather };
+enum Impl { ours, ours_async, raw_mpi };
+
+int64_t iterations_for(int64_t bytes) {
+  const int64_t mib = 1 << 20;
+  return bytes <= mib ? 200 : std::max<int64_t>(4, 200 * mib / bytes);
+}
+
+void run(benchmark::State& state, Op op, Impl impl) {
+  const int64_t bytes = state.range(0);
+  const int W = g_comm->world_size();
+  const int64_t n = bytes / 4 / W * W;  // float32 elements, divisible by W
+  auto full = torch::ones({n});
+  auto part = torch::ones({n / W});
+  for (auto _ : state) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = std::chrono::steady_clock::now();
+    switch (op) {
+      case allreduce:
+        if (impl == ours) g_comm->allreduce_sum(full);
+        else if (impl == ours_async) g_comm->allreduce_sum_async(full)->wait();
+        else MPI_Allreduce(MPI_IN_PLACE, full.data_ptr(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+      case reduce_scatter:
+        if (impl == ours) g_comm->reduce_scatter_sum(full, part);
+        else if (impl == ours_async) g_comm->reduce_scatter_sum_async(full, part)->wait();
+        else MPI_Reduce_scatter_block(full.data_ptr(), part.data_ptr(), static_cast<int>(n / W), MPI_FLOAT, MPI_SUM,
+                                      MPI_COMM_WORLD);
+        break;
+      case all_gather:
+        if (impl == raw_mpi)
+          MPI_Allgather(part.data_ptr(), static_cast<int>(n / W), MPI_FLOAT, full.data_ptr(), static_cast<int>(n / W),
+                        MPI_FLOAT, MPI_COMM_WORLD);
+        else g_comm->all_gather(part, full);
+        break;
+    }
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    state.SetIterationTime(dt);
+    // Values grow under repeated sums; keep them finite.
+    if (op == allreduce) full.fill_(1.0f);
+  }
+  const double factor = op == allreduce ? 2.0 * (W - 1) / W : 1.0 * (W - 1) / W;
+  state.counters["bytes"] = static_cast<double>(n * 4);
+  state.counters["world"] = W;
+  state.counters["busbw_GBs"] = benchmark::Counter(static_cast<double>(n * 4) * factor / 1e9 * state.iterations(),
+                                                   benchmark::Counter::kIsRate);
+}
+
+void register_all() {
+  const char* op_names[] = {"allreduce", "reduce_scatter", "all_gather"};
+  const char* impl_names[] = {"llmtrain", "llmtrain_async", "raw_mpi"};
+  for (Op op : {allreduce, reduce_scatter, all_gather})
+    for (int64_t bytes = 1 << 10; bytes <= (int64_t{256} << 20); bytes *= 4)
+      for (Impl impl : {raw_mpi, ours, ours_async}) {
+        if (op == all_gather && impl == ours_async) continue;  // no async all-gather
+        benchmark::RegisterBenchmark(
+            (std::string(op_names[op]) + "/" + impl_names[impl]).c_str(),
+            [op, impl](benchmark::State& s) { run(s, op, impl); })
+            ->Arg(bytes)
+            ->Iterations(iterations_for(bytes))
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+}
+
+class NullReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  llmtrain::Runtime rt(argc, argv);
+  g_rt = &rt;
+  g_comm = llmtrain::make_collectives(rt, torch::kCPU);
+  benchmark::Initialize(&argc, argv);
+  register_all();
+  if (rt.rank() == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    NullReporter quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet);
+  }
+  benchmark::Shutdown();
+  g_comm.reset();
+  return 0;
+}

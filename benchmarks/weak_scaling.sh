@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Weak scaling on this machine: tokens/s of a small model with 1 rank x 1 thread
+# and 2 ranks x 1 thread, the same per-rank batch; prints efficiency
+# (tokens/s at 2 ranks / (2 x tokens/s at 1 rank)) and the exposed-comm share
+# (communication_ms / dt_ms of the run log's iterations).
+#
+# usage: benchmarks/weak_scaling.sh [BUILD_DIR] [ITERS] [PRESET] [extra --key=value ...]
+#   BUILD_DIR  default build (needs bin/llmtrain)
+#   ITERS      default 40 (the first 10 are warm-up and not counted)
+#   PRESET     default inputs/tiny_llama.cfg
+#   DATA_DIR   (env) token shards, default data/sotu_byte (made by llmtrain-prepare)
+#   NPROCS     (env) rank counts to run, default "1 2"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+ITERS=${2:-40}
+PRESET=${3:-inputs/tiny_llama.cfg}
+shift $(( $# < 3 ? $# : 3 ))
+DATA_DIR=${DATA_DIR:-data/sotu_byte}
+NPROCS=${NPROCS:-"1 2"}
+BIN=$BUILD/bin/llmtrain
+[[ -x $BIN ]] || { echo "weak_scaling.sh: $BIN not found; build the llmtrain target first" >&2; exit 1; }
+[[ -d $DATA_DIR ]] || { echo "weak_scaling.sh: no token shards in $DATA_DIR (DATA_DIR); make them with llmtrain-prepare" >&2; exit 1; }
+OUT=$(mktemp -d /tmp/llmtrain-weak-XXXXXX)
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+for np in $NPROCS; do
+  mpiexec -n "$np" --bind-to core "$BIN" "$PRESET" --data_dir="$DATA_DIR" --out_dir="$OUT/np$np" \
+    --num_threads=1 --max_iters="$ITERS" --eval_interval=1000000 --eval_iters=1 --log_interval=1000000 \
+    --device=cpu "$@" > "$OUT/np$np.log" 2>&1 || { echo "run with $np ranks failed:"; tail -20 "$OUT/np$np.log"; exit 1; }
+done
+python3 - "$OUT" $NPROCS <<'PY'
+import glob, json, sys
+out, nps = sys.argv[1], [int(x) for x in sys.argv[2:]]
+warm = 10
+rows = {}
+for np in nps:
+    log = json.load(open(sorted(glob.glob(f"{out}/np{np}/run_*.json"))[-1]))
+    its = log["training_iterations"][warm:]
+    dt = sum(r["dt_ms"] for r in its) / 1e3
+    tok = sum(r["tokens"] for r in its)
+    comm = sum(r.get("communication_ms", 0.0) for r in its) / 1e3
+    rows[np] = (tok / dt, tok / dt / np, comm / dt, len(its), dt / len(its) * 1e3)
+base = rows[nps[0]][1]
+print(f"weak scaling, iterations {warm}.. of each run (1 thread per rank)")
+print("| ranks | tokens/s | tokens/s per rank | ms/iter | efficiency | exposed comm share |")
+print("|---:|---:|---:|---:|---:|---:|")
+for np in nps:
+    tps, per, share, n, ms = rows[np]
+    print(f"| {np} | {tps:.0f} | {per:.0f} | {ms:.1f} | {per / base:.3f} | {share:.3%} |")
+PY
+echo "run logs: $OUT"

@@ -1,0 +1,196 @@
+#include "llmtrain/dist/collectives.hpp"
+
+#include <mpi.h>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <c10/util/BFloat16.h>
+
+#include "dist/collectives_impl.hpp"
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/dist/runtime.hpp"
+
+namespace llmtrain {
+
+namespace {
+class DoneWork final : public CommWork {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+}  // namespace
+
+std::unique_ptr<CommWork> Collectives::allreduce_sum_async(torch::Tensor& t) {
+  allreduce_sum(t);
+  return std::make_unique<DoneWork>();
+}
+
+std::unique_ptr<CommWork> Collectives::reduce_scatter_sum_async(const torch::Tensor& in, torch::Tensor& out) {
+  reduce_scatter_sum(in, out);
+  return std::make_unique<DoneWork>();
+}
+
+// ---- MPI ----------------------------------------------------------------------
+
+namespace {
+
+// bf16 has no MPI datatype: it travels as a 2-byte opaque type and is summed by a
+// user-defined op that widens each pair to fp32, adds and rounds back to bf16
+// (round-to-nearest-even, as c10::BFloat16 does). Every reduction step rounds
+// once, like NCCL's bf16 sum; callers wanting an fp32 sum reduce an fp32 copy.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const c10::BFloat16*>(in);
+  auto* b = static_cast<c10::BFloat16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = c10::BFloat16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+class MpiWork final : public CommWork {
+ public:
+  explicit MpiWork(MPI_Request req) : req_(req) {}
+  ~MpiWork() override {
+    // A request must not be dropped while MPI still writes the buffer.
+    if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+  }
+  void wait() override {
+    if (req_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
+  }
+  bool test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    MPI_CHECK(MPI_Test(&req_, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
+
+ private:
+  MPI_Request req_;
+};
+
+class MpiCollectives final : public Collectives {
+ public:
+  MpiCollectives() {
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm_, &world_));
+    MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_));
+    MPI_CHECK(MPI_Type_commit(&bf16_type_));
+    MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_op_));
+  }
+  ~MpiCollectives() override {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) return;
+    MPI_Op_free(&bf16_sum_op_);
+    MPI_Type_free(&bf16_type_);
+    MPI_Comm_free(&comm_);
+  }
+
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+
+  void allreduce_sum(torch::Tensor& t) override {
+    check(t, "allreduce_sum");
+    ++calls_;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), sum_op(t), comm_));
+  }
+
+  void broadcast(torch::Tensor& t, int root) override {
+    check(t, "broadcast");
+    ++calls_;
+    MPI_CHECK(MPI_Bcast(t.data_ptr(), count(t), type(t), root, comm_));
+  }
+
+  void reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
+    check_rs(in, out);
+    ++calls_;
+    MPI_CHECK(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), sum_op(out), comm_));
+  }
+
+  void all_gather(const torch::Tensor& in, torch::Tensor& out) override {
+    check(in, "all_gather");
+    check(out, "all_gather");
+    LLMTRAIN_CHECK(out.numel() == in.numel() * world_ && in.scalar_type() == out.scalar_type(),
+                   "all_gather: output has {} elements of {}, expected world_size {} x {} elements of {}",
+                   out.numel(), c10::toString(out.scalar_type()), world_, in.numel(),
+                   c10::toString(in.scalar_type()));
+    ++calls_;
+    // The input already sitting at this rank's place in the output (ZeRO-1
+    // updates its shard in place) is MPI_IN_PLACE.
+    const auto* mine = static_cast<const char*>(out.data_ptr()) + rank_ * in.nbytes();
+    const void* send = in.data_ptr() == mine ? MPI_IN_PLACE : in.data_ptr();
+    MPI_CHECK(MPI_Allgather(send, count(in), type(in), out.data_ptr(), count(in), type(in), comm_));
+  }
+
+  std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t) override {
+    check(t, "allreduce_sum_async");
+    ++calls_;
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), sum_op(t), comm_, &req));
+    return std::make_unique<MpiWork>(req);
+  }
+
+  std::unique_ptr<CommWork> reduce_scatter_sum_async(const torch::Tensor& in, torch::Tensor& out) override {
+    check_rs(in, out);
+    ++calls_;
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), sum_op(out), comm_,
+                                        &req));
+    return std::make_unique<MpiWork>(req);
+  }
+
+ private:
+  void check(const torch::Tensor& t, const char* what) const {
+    LLMTRAIN_CHECK(t.defined() && t.device().is_cpu() && t.is_contiguous(),
+                   "{}: MPI collectives need a defined, contiguous CPU tensor (got {} {})", what,
+                   t.defined() ? t.device().str() : "undefined", t.defined() && !t.is_contiguous() ? "non-contiguous" : "");
+    LLMTRAIN_CHECK(t.numel() <= std::numeric_limits<int>::max(),
+                   "{}: {} elements exceed MPI's int count; split the buffer", what, t.numel());
+    type(t);
+  }
+  void check_rs(const torch::Tensor& in, const torch::Tensor& out) const {
+    check(in, "reduce_scatter_sum");
+    check(out, "reduce_scatter_sum");
+    LLMTRAIN_CHECK(in.numel() == out.numel() * world_ && in.scalar_type() == out.scalar_type(),
+                   "reduce_scatter_sum: input has {} elements of {}, expected world_size {} x {} elements of {}",
+                   in.numel(), c10::toString(in.scalar_type()), world_, out.numel(),
+                   c10::toString(out.scalar_type()));
+  }
+  static int count(const torch::Tensor& t) { return static_cast<int>(t.numel()); }
+  MPI_Datatype type(const torch::Tensor& t) const {
+    switch (t.scalar_type()) {
+      case torch::kFloat: return MPI_FLOAT;
+      case torch::kDouble: return MPI_DOUBLE;
+      case torch::kBFloat16: return bf16_type_;
+      case torch::kLong: return MPI_INT64_T;
+      case torch::kInt: return MPI_INT32_T;
+      case torch::kByte: return MPI_UINT8_T;
+      default:
+        throw Error(fmt::format("MPI collectives: dtype {} is not supported (float32, float64, bfloat16, int32, "
+                                "int64, uint8 are)", c10::toString(t.scalar_type())));
+    }
+  }
+  MPI_Op sum_op(const torch::Tensor& t) const { return t.scalar_type() == torch::kBFloat16 ? bf16_sum_op_ : MPI_SUM; }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, world_ = 1;
+  MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
+  MPI_Op bf16_sum_op_ = MPI_OP_NULL;
+};
+
+}  // namespace
+
+std::unique_ptr<Collectives> make_mpi_collectives() { return std::make_unique<MpiCollectives>(); }
+
+std::unique_ptr<Collectives> make_collectives(const Runtime& rt, torch::Device device) {
+  if (device.is_cuda()) {
+#ifdef LLMTRAIN_WITH_CUDA
+    return make_nccl_collectives(rt, device);
+#else
+    throw NotBuiltError("NCCL collectives were asked for a CUDA device, but this llmtrain was built without CUDA");
+#endif
+  }
+  return make_mpi_collectives();
+}
+
+}  // namespace llmtrain

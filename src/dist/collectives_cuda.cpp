@@ -1,0 +1,140 @@
+// NcclCollectives (CUDA builds): the torch-facing layer over raw_nccl. Every
+// collective runs on one communication stream of its own, ordered against the
+// caller's current (compute) stream with events in both directions:
+//   compute ──ev_ready──▶ comm stream: NCCL call ──ev_done──▶ compute (wait())
+// so gradient traffic overlaps backward kernels and the host never blocks.
+#include <mpi.h>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "dist/collectives_impl.hpp"
+#include "dist/raw_nccl.hpp"
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/dist/runtime.hpp"
+
+namespace llmtrain {
+
+namespace {
+
+nccl::DType nccl_type(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return nccl::DType::f32;
+    case torch::kBFloat16: return nccl::DType::bf16;
+    case torch::kDouble: return nccl::DType::f64;
+    default:
+      throw Error(fmt::format("NCCL collectives: dtype {} is not supported (float32, bfloat16, float64 are)",
+                              c10::toString(t.scalar_type())));
+  }
+}
+
+class NcclWork final : public CommWork {
+ public:
+  NcclWork(nccl::Event done, c10::DeviceIndex device) : done_(done), device_(device) {}
+  ~NcclWork() override { nccl::event_destroy(done_); }
+  // Orders the caller's current stream after the collective; the host goes on.
+  void wait() override {
+    nccl::stream_wait_event(c10::cuda::getCurrentCUDAStream(device_).stream(), done_);
+  }
+  bool test() override { return nccl::event_done(done_); }
+
+ private:
+  nccl::Event done_;
+  c10::DeviceIndex device_;
+};
+
+class NcclCollectives final : public Collectives {
+ public:
+  NcclCollectives(const Runtime& rt, torch::Device device)
+      : rank_(rt.rank()), world_(rt.world_size()), device_(device.index()),
+        comm_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index())) {
+    c10::cuda::CUDAGuard guard(device_);
+    nccl::UniqueId id{};
+    if (rank_ == 0) id = nccl::make_unique_id();
+    MPI_CHECK(MPI_Bcast(id.bytes, sizeof(id.bytes), MPI_BYTE, 0, MPI_COMM_WORLD));
+    comm_ = std::make_unique<nccl::Comm>(id, rank_, world_);
+  }
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+
+  void allreduce_sum(torch::Tensor& t) override { allreduce_sum_async(t)->wait(); }
+  void broadcast(torch::Tensor& t, int root) override {
+    check(t, "broadcast");
+    enqueue({t}, [&](nccl::Stream s) { comm_->broadcast(t.data_ptr(), t.numel(), nccl_type(t), root, s); })->wait();
+  }
+  void reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
+    reduce_scatter_sum_async(in, out)->wait();
+  }
+  void all_gather(const torch::Tensor& in, torch::Tensor& out) override {
+    check(in, "all_gather");
+    check(out, "all_gather");
+    LLMTRAIN_CHECK(out.numel() == in.numel() * world_ && in.scalar_type() == out.scalar_type(),
+                   "all_gather: output has {} elements, expected world_size {} x {}", out.numel(), world_,
+                   in.numel());
+    enqueue({in, out}, [&](nccl::Stream s) {
+      comm_->all_gather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in), s);
+    })->wait();
+  }
+
+  std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t) override {
+    check(t, "allreduce_sum");
+    return enqueue({t}, [&](nccl::Stream s) { comm_->allreduce_sum(t.data_ptr(), t.numel(), nccl_type(t), s); });
+  }
+  std::unique_ptr<CommWork> reduce_scatter_sum_async(const torch::Tensor& in, torch::Tensor& out) override {
+    check(in, "reduce_scatter_sum");
+    check(out, "reduce_scatter_sum");
+    LLMTRAIN_CHECK(in.numel() == out.numel() * world_ && in.scalar_type() == out.scalar_type(),
+                   "reduce_scatter_sum: input has {} elements, expected world_size {} x {}", in.numel(), world_,
+                   out.numel());
+    return enqueue({in, out}, [&](nccl::Stream s) {
+      comm_->reduce_scatter_sum(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(out), s);
+    });
+  }
+
+ private:
+  void check(const torch::Tensor& t, const char* what) const {
+    LLMTRAIN_CHECK(t.defined() && t.is_cuda() && t.is_contiguous() && t.device().index() == device_,
+                   "{}: NCCL collectives need a contiguous tensor on cuda:{}", what, device_);
+    nccl_type(t);
+  }
+
+  template <typename F>
+  std::unique_ptr<CommWork> enqueue(std::initializer_list<torch::Tensor> tensors, F&& call) {
+    ++calls_;
+    c10::cuda::CUDAGuard guard(device_);
+    const auto compute = c10::cuda::getCurrentCUDAStream(device_);
+    // The comm stream starts after everything the compute stream has queued
+    // (the gradients being produced).
+    nccl::Event ready = nccl::event_create();
+    nccl::event_record(ready, compute.stream());
+    nccl::stream_wait_event(comm_stream_.stream(), ready);
+    nccl::event_destroy(ready);  // destroying a recorded event is safe: CUDA keeps it until it completes
+    call(static_cast<nccl::Stream>(comm_stream_.stream()));
+    // The caching allocator must not hand these blocks out again before the
+    // comm stream is done with them.
+    for (const auto& t : tensors)
+      c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), comm_stream_);
+    nccl::Event done = nccl::event_create();
+    nccl::event_record(done, comm_stream_.stream());
+    return std::make_unique<NcclWork>(done, device_);
+  }
+
+  int rank_, world_;
+  c10::DeviceIndex device_;
+  c10::cuda::CUDAStream comm_stream_;
+  std::unique_ptr<nccl::Comm> comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<Collectives> make_nccl_collectives(const Runtime& rt, torch::Device device) {
+  return std::make_unique<NcclCollectives>(rt, device);
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,144 @@
+#include "dist/grad_buckets.hpp"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "llmtrain/core/error.hpp"
+
+namespace llmtrain {
+
+GradBuckets::GradBuckets(const std::vector<torch::Tensor>& params, const std::vector<bool>& decay,
+                         double bucket_bytes, Collectives& comm, Reduce reduce, bool flatten_params)
+    : comm_(comm), reduce_(reduce) {
+  const int64_t pad_to = reduce == Reduce::reduce_scatter ? comm.world_size() : 1;
+  // Reverse forward order: the first buckets complete first in backward.
+  for (size_t k = params.size(); k-- > 0;) {
+    const auto& p = params[k];
+    if (!p.requires_grad()) continue;
+    LLMTRAIN_CHECK(p.is_contiguous(), "parameter {} is not contiguous", k);
+    const bool new_bucket = buckets_.empty() || buckets_.back().dtype != p.scalar_type() ||
+                            static_cast<double>(buckets_.back().numel * p.element_size()) >= bucket_bytes;
+    if (new_bucket) {
+      buckets_.emplace_back();
+      buckets_.back().dtype = p.scalar_type();
+    }
+    auto& b = buckets_.back();
+    Slot s{p, static_cast<int>(buckets_.size() - 1), b.numel, p.numel(), decay[k]};
+    b.numel += p.numel();
+    b.slots.push_back(static_cast<int>(slots_.size()));
+    slots_.push_back(s);
+  }
+  const auto device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    b.numel = (b.numel + pad_to - 1) / pad_to * pad_to;
+    const auto opts = torch::TensorOptions().dtype(b.dtype).device(device);
+    b.grad = torch::zeros({b.numel}, opts);
+    if (reduce_ == Reduce::reduce_scatter) b.grad_shard = torch::zeros({b.numel / pad_to}, opts);
+    if (flatten_params) {
+      b.param = torch::zeros({b.numel}, opts);
+      for (int si : b.slots) {
+        auto& s = slots_[si];
+        auto view = b.param.narrow(0, s.offset, s.numel).view(s.param.sizes());
+        view.copy_(s.param);
+        s.param.set_data(view);  // the parameter now lives in the flat buffer
+      }
+    }
+  }
+  point_grads_at_buckets();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const int si = static_cast<int>(i);
+    hook_ids_.push_back(slots_[i].param.register_hook([this, si](const torch::Tensor& g) { on_grad(si, g); }));
+  }
+}
+
+GradBuckets::~GradBuckets() {
+  for (auto& b : buckets_)
+    if (b.work) b.work->wait();
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].param.remove_hook(hook_ids_[i]);
+}
+
+void GradBuckets::point_grads_at_buckets() {
+  for (auto& s : slots_)
+    s.param.mutable_grad() = buckets_[s.bucket].grad.narrow(0, s.offset, s.numel).view(s.param.sizes());
+}
+
+void GradBuckets::backward(const torch::Tensor& loss, bool last_micro) {
+  in_last_ = last_micro;
+  if (last_micro) {
+    // The hooks write the bucket; autograd's own accumulation goes to a
+    // throw-away tensor instead of into a buffer MPI may be reducing.
+    for (auto& s : slots_) s.param.mutable_grad() = torch::Tensor();
+    for (auto& b : buckets_) {
+      b.pending = static_cast<int>(b.slots.size());
+      b.launched = false;
+    }
+    next_launch_ = 0;
+  }
+  loss.backward();
+  if (!last_micro) accumulated_ = true;
+}
+
+void GradBuckets::on_grad(int si, const torch::Tensor& g) {
+  if (!in_last_) return;
+  auto& s = slots_[si];
+  auto& b = buckets_[s.bucket];
+  torch::NoGradGuard no_grad;
+  auto slot = b.grad.narrow(0, s.offset, s.numel);
+  if (accumulated_)
+    slot.add_(g.reshape({-1}));
+  else
+    slot.copy_(g.reshape({-1}));
+  if (--b.pending == 0) launch_ready();
+  // Open MPI progresses nonblocking collectives only inside MPI calls: poll the
+  // ones in flight from the backward that runs alongside them.
+  for (size_t i = 0; i < next_launch_; ++i)
+    if (buckets_[i].work) buckets_[i].work->test();
+}
+
+void GradBuckets::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
+}
+
+void GradBuckets::launch(Bucket& b) {
+  b.launched = true;
+  if (reduce_ == Reduce::allreduce)
+    b.work = comm_.allreduce_sum_async(b.grad);
+  else
+    b.work = comm_.reduce_scatter_sum_async(b.grad, b.grad_shard);
+}
+
+double GradBuckets::finish() {
+  const auto t0 = std::chrono::steady_clock::now();
+  LLMTRAIN_CHECK(in_last_, "finish_gradients() called without a backward(loss, last_micro=true) before it");
+  // Buckets whose parameters got no gradient in this backward (unused
+  // parameters) start now, still in index order.
+  while (next_launch_ < buckets_.size()) {
+    // Slots that received no gradient hold what earlier micro-steps left, or
+    // zeros (zero()), which is their true sum.
+    launch(buckets_[next_launch_++]);
+  }
+  for (auto& b : buckets_) {
+    b.work->wait();
+    b.work.reset();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Averages are exact: sum, then one division by the world size.
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) (reduce_ == Reduce::allreduce ? b.grad : b.grad_shard).div_(comm_.world_size());
+  point_grads_at_buckets();
+  in_last_ = false;
+  return waited;
+}
+
+void GradBuckets::zero() {
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    b.grad.zero_();
+    if (b.grad_shard.defined()) b.grad_shard.zero_();
+  }
+  accumulated_ = false;
+}
+
+}  // namespace llmtrain

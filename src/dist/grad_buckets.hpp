@@ -1,0 +1,88 @@
+// Private: gradients (and, for ZeRO-1, parameters) laid out in flat buckets whose
+// reductions start during the backward of the last micro-step.
+//
+// Layout: parameters in reverse forward order (backward produces the last
+// layers' gradients first), cut into buckets of about `bucket_bytes`, split
+// where the dtype changes. Each bucket is padded to a multiple of `pad_to`
+// (world size for reduce-scatter, so rank r owns [r*n/W, (r+1)*n/W)).
+//
+// Gradient flow:
+//   micro-steps before the last: each param's .grad is a view into its bucket,
+//     autograd accumulates in place, no hook does anything, nothing is sent.
+//   last micro-step: .grad is detached first; a hook (Tensor::register_hook, a
+//     pre-hook of the param's AccumulateGrad: it sees the incoming gradient
+//     before accumulation) adds that gradient into the bucket slot. When every
+//     slot of a bucket has arrived, the bucket's collective starts (buckets start
+//     strictly in index order, so every rank issues the same sequence). The
+//     gradient autograd then stores in .grad is dropped in finish().
+//   finish(): starts any bucket not yet started (unused parameters), waits,
+//     divides by the world size, points .grad back at the bucket views.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "llmtrain/dist/collectives.hpp"
+
+namespace llmtrain {
+
+class GradBuckets {
+ public:
+  enum class Reduce { allreduce, reduce_scatter };
+
+  struct Slot {
+    torch::Tensor param;
+    int bucket = 0;
+    int64_t offset = 0;  // elements into the bucket
+    int64_t numel = 0;
+    bool decay = true;
+  };
+  struct Bucket {
+    torch::ScalarType dtype = torch::kFloat;
+    int64_t numel = 0;        // padded
+    torch::Tensor grad;       // (numel,) the local sum, then (allreduce) the average
+    torch::Tensor grad_shard; // (numel / world,) reduce_scatter: this rank's averaged shard
+    torch::Tensor param;      // (numel,) when params are flattened (ZeRO-1)
+    std::vector<int> slots;
+    int pending = 0;
+    bool launched = false;
+    std::unique_ptr<CommWork> work;
+  };
+
+  // `flatten_params`: the parameters' storage moves into bucket.param (values
+  // kept), so an all-gather into bucket.param updates the model.
+  GradBuckets(const std::vector<torch::Tensor>& params, const std::vector<bool>& decay, double bucket_bytes,
+              Collectives& comm, Reduce reduce, bool flatten_params);
+  ~GradBuckets();
+  GradBuckets(const GradBuckets&) = delete;
+  GradBuckets& operator=(const GradBuckets&) = delete;
+
+  void backward(const torch::Tensor& loss, bool last_micro);
+  // Waits for the reductions; returns the seconds spent here (exposed comm).
+  double finish();
+  void zero();
+
+  std::vector<Bucket>& buckets() { return buckets_; }
+  const std::vector<Slot>& slots() const { return slots_; }
+  int64_t shard_numel(const Bucket& b) const { return b.numel / comm_.world_size(); }
+  int64_t shard_begin(const Bucket& b) const { return shard_numel(b) * comm_.rank(); }
+
+ private:
+  void on_grad(int slot, const torch::Tensor& grad);
+  void launch_ready();
+  void launch(Bucket& b);
+  void point_grads_at_buckets();
+
+  Collectives& comm_;
+  Reduce reduce_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<unsigned> hook_ids_;
+  bool in_last_ = false;
+  bool accumulated_ = false;  // a micro-step since zero() left gradients in the buckets
+  size_t next_launch_ = 0;
+};
+
+}  // namespace llmtrain

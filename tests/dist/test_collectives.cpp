@@ -1,0 +1,98 @@
+// MpiCollectives: every operation and dtype against values computed by hand.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "llmtrain/dist/collectives.hpp"
+#include "test_util.hpp"
+
+namespace llmtrain {
+namespace {
+
+std::unique_ptr<Collectives> comm() { return make_collectives(testing::runtime(), torch::kCPU); }
+
+TEST(Collectives, AllreduceSumPerDtype) {
+  auto c = comm();
+  const int W = c->world_size(), r = c->rank();
+  EXPECT_EQ(c->name(), "mpi");
+  for (auto dt : {torch::kFloat, torch::kDouble, torch::kBFloat16}) {
+    // rank r holds (r+1) * [0, 1, ..., 9]: small integers, exact in bf16.
+    auto t = (torch::arange(10, torch::kFloat) * (r + 1)).to(dt);
+    c->allreduce_sum(t);
+    const auto want = torch::arange(10, torch::kFloat) * (W * (W + 1) / 2);
+    EXPECT_TRUE(torch::equal(t.to(torch::kFloat), want)) << c10::toString(dt);
+  }
+}
+
+TEST(Collectives, Bf16SumRoundsEachStep) {
+  auto c = comm();
+  // 1 + (W-1) * 2^-9: each partial sum rounds to bf16 (ulp 2^-7 at 1), so the
+  // small terms vanish one by one; an fp32 sum rounded once would give 1 + 2^-7
+  // at W = 3.
+  auto t = torch::full({4}, c->rank() == 0 ? 1.0f : 1.0f / 512, torch::kFloat).to(torch::kBFloat16);
+  c->allreduce_sum(t);
+  EXPECT_EQ(t[0].item<float>(), 1.0f);
+}
+
+TEST(Collectives, BroadcastFromRoot) {
+  auto c = comm();
+  const int root = c->world_size() - 1;
+  auto t = torch::full({7}, static_cast<float>(c->rank()));
+  c->broadcast(t, root);
+  EXPECT_TRUE(torch::equal(t, torch::full({7}, static_cast<float>(root))));
+}
+
+TEST(Collectives, ReduceScatterAndAllGather) {
+  auto c = comm();
+  const int W = c->world_size(), r = c->rank();
+  const int64_t n = 5;  // does not divide anything on purpose
+  auto in = torch::arange(W * n, torch::kFloat) + 100 * r;
+  auto out = torch::empty({n});
+  c->reduce_scatter_sum(in, out);
+  // sum over ranks q of (i + 100 q) for i in [r*n, (r+1)*n)
+  auto want = (torch::arange(r * n, (r + 1) * n, torch::kFloat) * W) + 100.0 * (W * (W - 1) / 2);
+  EXPECT_TRUE(torch::allclose(out, want));
+
+  auto gathered = torch::empty({W * n});
+  auto mine = torch::full({n}, static_cast<float>(r));
+  c->all_gather(mine, gathered);
+  for (int q = 0; q < W; ++q)
+    EXPECT_TRUE(torch::equal(gathered.narrow(0, q * n, n), torch::full({n}, static_cast<float>(q))));
+
+  // In place: the input is this rank's slice of the output.
+  auto flat = torch::full({W * n}, -1.0f);
+  flat.narrow(0, r * n, n).fill_(static_cast<float>(10 * r));
+  auto slice = flat.narrow(0, r * n, n);
+  c->all_gather(slice, flat);
+  for (int q = 0; q < W; ++q)
+    EXPECT_TRUE(torch::equal(flat.narrow(0, q * n, n), torch::full({n}, static_cast<float>(10 * q))));
+}
+
+TEST(Collectives, AsyncMatchesBlockingAndCountsCalls) {
+  auto c = comm();
+  const int W = c->world_size();
+  const auto before = c->num_calls();
+  auto a = torch::ones({1000});
+  auto w1 = c->allreduce_sum_async(a);
+  auto in = torch::ones({W * 3}, torch::kDouble);
+  auto out = torch::empty({3}, torch::kDouble);
+  auto w2 = c->reduce_scatter_sum_async(in, out);
+  while (!w1->test()) {
+  }
+  w2->wait();
+  EXPECT_TRUE(torch::equal(a, torch::full({1000}, static_cast<float>(W))));
+  EXPECT_TRUE(torch::equal(out, torch::full({3}, static_cast<double>(W), torch::kDouble)));
+  EXPECT_EQ(c->num_calls() - before, 2);
+}
+
+TEST(Collectives, RefusesBadBuffers) {
+  auto c = comm();
+  auto t = torch::ones({4, 4}).t();
+  EXPECT_THROW(c->allreduce_sum(t), std::exception);  // non-contiguous
+  auto h = torch::ones({4}, torch::kHalf);
+  EXPECT_THROW(c->allreduce_sum(h), std::exception);
+  auto in = torch::ones({5}), out = torch::ones({5});
+  if (c->world_size() > 1) EXPECT_THROW(c->reduce_scatter_sum(in, out), std::exception);
+}
+
+}  // namespace
+}  // namespace llmtrain

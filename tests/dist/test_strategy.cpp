@@ -1,0 +1,208 @@
+// Strategies against one process on the concatenated batch: DDP (one bucket and
+// many), ZeRO-1, clipping on the global norm, no traffic before the last
+// micro-step. The model is a small module of its own with 187 parameters (a
+// prime factorization of 11 x 17: no world size divides it).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/dist/collectives.hpp"
+#include "llmtrain/dist/strategy.hpp"
+#include "test_util.hpp"
+
+namespace llmtrain {
+namespace {
+
+struct TinyNetImpl : torch::nn::Module {
+  TinyNetImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(7, 13));
+    scale = register_parameter("scale", torch::ones({13}));
+    fc2 = register_module("fc2", torch::nn::Linear(13, 5));
+  }
+  // x: (N, 7) -> (N, 5)
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::tanh(fc1(x)) * scale); }
+  ParamGroups groups() {
+    return {parameters(), {fc1->bias, scale, fc2->bias}, {}};
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::Tensor scale;
+};
+TORCH_MODULE(TinyNet);
+
+constexpr int kIters = 5, kMicroBatch = 4;
+
+TinyNet make_net(uint64_t seed) {
+  torch::manual_seed(seed);
+  return TinyNet();
+}
+
+// The whole iteration's data, identical on every rank: (W*A*B, 7), (W*A*B, 5).
+std::pair<torch::Tensor, torch::Tensor> batch(int iter, int64_t rows) {
+  torch::manual_seed(1000 + iter);
+  auto x = torch::randn({rows, 7});
+  auto y = torch::randn({rows, 5});
+  return {x, y};
+}
+
+double clip_coef(double norm, double max_norm) {
+  return max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+}
+
+Config config(int accum) {
+  Config c;
+  c.learning_rate = 1e-2;
+  c.weight_decay = 0.1;
+  c.beta1 = 0.9;
+  c.beta2 = 0.95;
+  c.grad_clip = 0.5;  // below the early norms: clipping is active
+  c.gradient_accumulation_steps = accum;
+  return c;
+}
+
+struct Run {
+  std::vector<torch::Tensor> params;
+  std::vector<double> norms;
+};
+
+// One process, the concatenated batch, torch's AdamW and clipping by hand.
+Run run_single(const Config& c, int world) {
+  auto net = make_net(7);
+  auto g = net->groups();
+  std::vector<torch::Tensor> dec = {net->fc1->weight, net->fc2->weight};
+  auto base = torch::optim::AdamWOptions(c.learning_rate).betas({c.beta1, c.beta2}).eps(1e-8);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(dec, std::make_unique<torch::optim::AdamWOptions>(
+                               torch::optim::AdamWOptions(base).weight_decay(c.weight_decay)));
+  groups.emplace_back(g.no_decay, std::make_unique<torch::optim::AdamWOptions>(
+                                      torch::optim::AdamWOptions(base).weight_decay(0.0)));
+  torch::optim::AdamW opt(std::move(groups), base);
+  Run run;
+  const int64_t rows = world * c.gradient_accumulation_steps * kMicroBatch;
+  for (int it = 0; it < kIters; ++it) {
+    auto [x, y] = batch(it, rows);
+    opt.zero_grad();
+    torch::mse_loss(net->forward(x), y).backward();
+    double sq = 0;
+    for (auto& p : net->parameters()) sq += p.grad().pow(2).sum().item<double>();
+    const double norm = std::sqrt(sq);
+    run.norms.push_back(norm);
+    torch::NoGradGuard ng;
+    for (auto& p : net->parameters()) p.mutable_grad().mul_(clip_coef(norm, c.grad_clip));
+    opt.step();
+  }
+  for (auto& p : net->parameters()) run.params.push_back(p.detach().clone());
+  return run;
+}
+
+// The same iterations through a strategy, rank r taking its slice of each
+// iteration's rows, one micro-batch at a time. Ranks start from different
+// weights: the strategy must broadcast rank 0's.
+Run run_strategy(const Config& c, Collectives& comm, std::vector<int64_t>* calls_per_micro = nullptr) {
+  auto net = make_net(comm.rank() == 0 ? 7 : 100 + comm.rank());
+  auto strategy = make_strategy(c, net->groups(), comm);
+  const int A = static_cast<int>(c.gradient_accumulation_steps), W = comm.world_size(), r = comm.rank();
+  Run run;
+  for (int it = 0; it < kIters; ++it) {
+    auto [x, y] = batch(it, int64_t{W} * A * kMicroBatch);
+    for (int m = 0; m < A; ++m) {
+      const int64_t row = (int64_t{r} * A + m) * kMicroBatch;
+      auto loss = torch::mse_loss(net->forward(x.narrow(0, row, kMicroBatch)), y.narrow(0, row, kMicroBatch)) / A;
+      const auto before = comm.num_calls();
+      strategy->backward(loss, m + 1 == A);
+      if (calls_per_micro) calls_per_micro->push_back(comm.num_calls() - before);
+    }
+    strategy->finish_gradients();
+    const double norm = strategy->grad_norm();
+    run.norms.push_back(norm);
+    strategy->step(c.learning_rate, clip_coef(norm, c.grad_clip));
+  }
+  EXPECT_GE(strategy->take_exposed_comm_seconds(), 0.0);
+  for (auto& p : net->parameters()) run.params.push_back(p.detach().clone());
+  return run;
+}
+
+void expect_same(const Run& a, const Run& b, const char* what) {
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i)
+    EXPECT_TRUE(torch::allclose(a.params[i], b.params[i], 1e-4, 1e-5))
+        << what << ": parameter " << i << " differs by " << (a.params[i] - b.params[i]).abs().max().item<float>();
+  for (size_t i = 0; i < a.norms.size(); ++i) EXPECT_NEAR(a.norms[i], b.norms[i], 1e-5 * a.norms[i]) << what;
+}
+
+std::unique_ptr<Collectives> comm() { return make_collectives(testing::runtime(), torch::kCPU); }
+
+TEST(Strategy, DdpEqualsSingleProcessOnConcatenatedBatch) {
+  auto c = comm();
+  for (int accum : {1, 3}) {
+    auto cfg = config(accum);
+    const auto ref = run_single(cfg, c->world_size());
+    expect_same(ref, run_strategy(cfg, *c), "ddp, one bucket");
+    cfg.ddp_bucket_mb = 200.0 / (1 << 20);  // 200 bytes: several buckets
+    expect_same(ref, run_strategy(cfg, *c), "ddp, 200-byte buckets");
+  }
+}
+
+TEST(Strategy, ClippedNormIsTheSingleProcessNorm) {
+  auto c = comm();
+  auto cfg = config(2);
+  const auto ref = run_single(cfg, c->world_size());
+  const auto ddp = run_strategy(cfg, *c);
+  ASSERT_GT(ref.norms[0], cfg.grad_clip);  // clipping was active
+  for (size_t i = 0; i < ref.norms.size(); ++i) EXPECT_NEAR(ddp.norms[i], ref.norms[i], 1e-5 * ref.norms[i]);
+}
+
+TEST(Strategy, Zero1EqualsDdp) {
+  auto c = comm();
+  for (double bucket_bytes : {200.0, 25.0 * (1 << 20)}) {
+    auto cfg = config(2);
+    cfg.ddp_bucket_mb = bucket_bytes / (1 << 20);
+    const auto ddp = run_strategy(cfg, *c);
+    cfg.use_zero1 = true;
+    const auto zero = run_strategy(cfg, *c);
+    expect_same(ddp, zero, "zero1 vs ddp");
+    expect_same(run_single(cfg, c->world_size()), zero, "zero1 vs single process");
+  }
+}
+
+TEST(Strategy, Zero1ShardsOptimizerState) {
+  auto c = comm();
+  auto cfg = config(1);
+  auto net = make_net(7);
+  const int64_t ddp_bytes = make_strategy(cfg, net->groups(), *c)->optimizer_state_bytes();
+  cfg.use_zero1 = true;
+  auto net2 = make_net(7);
+  const int64_t zero_bytes = make_strategy(cfg, net2->groups(), *c)->optimizer_state_bytes();
+  EXPECT_EQ(ddp_bytes, 187 * 2 * 4);
+  // ceil(187 / W) fp32 elements of two moments (one bucket, padded to W).
+  const int64_t W = c->world_size();
+  EXPECT_EQ(zero_bytes, (187 + W - 1) / W * 2 * 4);
+}
+
+TEST(Strategy, AccumulationDoesNotCommunicateBeforeTheLastMicroStep) {
+  auto c = comm();
+  for (bool zero1 : {false, true}) {
+    auto cfg = config(3);
+    cfg.use_zero1 = zero1;
+    cfg.ddp_bucket_mb = 200.0 / (1 << 20);
+    std::vector<int64_t> calls;
+    run_strategy(cfg, *c, &calls);
+    ASSERT_EQ(calls.size(), size_t{kIters * 3});
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (i % 3 != 2)
+        EXPECT_EQ(calls[i], 0) << "micro-step " << i % 3 << " communicated";
+      else  // buckets start inside the last backward, before finish_gradients
+        EXPECT_GT(calls[i], 1) << "no bucket reduction started during the last backward";
+    }
+  }
+}
+
+TEST(Strategy, RefusesFsdpUntilBuilt) {
+  auto c = comm();
+  auto cfg = config(1);
+  cfg.use_fsdp = true;
+  auto net = make_net(7);
+  EXPECT_THROW(make_strategy(cfg, net->groups(), *c), std::exception);
+}
+
+}  // namespace
+}  // namespace llmtrain
