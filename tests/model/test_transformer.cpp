@@ -102,14 +102,15 @@ TEST(ModelConfig, FromConfigResolvesDefaults) {
   EXPECT_EQ(m.head_dim, 64);
   EXPECT_EQ(m.ffn_hidden, 1024);  // 8/3 * 384 = 1024, already a multiple of 256
   c.n_embd = 2048;
+  c.n_head = 8;
   EXPECT_EQ(ModelConfig::from_config(c, 100).ffn_hidden, 5632);  // 5461.3 -> 5632
   c.ffn = "gelu";
   EXPECT_EQ(ModelConfig::from_config(c, 100).ffn_hidden, 8192);
-  c.n_kv_head = 4;  // does not divide 6
+  c.n_kv_head = 3;  // does not divide 8
   EXPECT_THROW(ModelConfig::from_config(c, 100), llmtrain::ConfigError);
   c.n_kv_head = 0;
   EXPECT_THROW(ModelConfig::from_config(c, 0), llmtrain::ConfigError);  // no vocabulary anywhere
-  c.n_embd = 100;  // 100 / 6 not integral, head_dim not given
+  c.n_embd = 100;  // 100 / 8 not integral, head_dim not given
   EXPECT_THROW(ModelConfig::from_config(c, 100), llmtrain::ConfigError);
 }
 
@@ -220,9 +221,9 @@ TEST(Transformer, ForwardBackwardTrainsEachFamily) {
       ASSERT_TRUE(item.value().grad().defined()) << item.key();
       EXPECT_TRUE(torch::isfinite(item.value().grad()).all().item<bool>()) << item.key();
     }
-    // A few SGD steps on one batch must lower its loss.
-    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
-    for (int i = 0; i < 10; ++i) {
+    // A few Adam steps on one batch must lower its loss.
+    torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(3e-3));
+    for (int i = 0; i < 20; ++i) {
       opt.zero_grad();
       model->loss(x, y).backward();
       opt.step();
