@@ -129,9 +129,7 @@ llmtrain_launcher
 
 # ---- running llmtrain -------------------------------------------------------
 _llmtrain_child=""
-_llmtrain_got_signal=0
 _llmtrain_forward() {
-  _llmtrain_got_signal=1
   llmtrain_log "received $1: asking llmtrain to checkpoint and stop (exit code $LLMTRAIN_REQUEUE_EXIT_CODE = requeue)"
   [[ -n "$_llmtrain_child" ]] && kill -"$1" "$_llmtrain_child" 2>/dev/null
   return 0

@@ -60,9 +60,9 @@ for a in "$@"; do
 done
 if [[ "${WAIT:-0}" == 1 ]]; then
   set +e
-  sbatch "${ropts[@]}" --wait "$jobs_dir/scaling_report.sbatch"
+  rid=$(sbatch "${ropts[@]}" --wait "$jobs_dir/scaling_report.sbatch")
   rc=$?
-  echo "submit_scaling.sh: report job finished with exit code $rc: $STUDY_DIR/scaling_report.txt"
+  echo "submit_scaling.sh: report job ${rid%%;*} finished with exit code $rc: $STUDY_DIR/scaling_report.txt"
   exit $rc
 fi
 rid=$(sbatch "${ropts[@]}" "$jobs_dir/scaling_report.sbatch")

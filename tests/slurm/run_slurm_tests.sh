@@ -181,6 +181,29 @@ cat "$work/scaling.out"
 check_runlog "$STUDY_DIR/ws0001" "$ITERS" 1 batch_size=2
 check_runlog "$STUDY_DIR/ws0002" "$ITERS" 2 batch_size=2
 [[ -s "$STUDY_DIR/scaling_report.txt" ]] || fail "no $STUDY_DIR/scaling_report.txt"
-echo "ok: scaling report:"; cat "$STUDY_DIR/scaling_report.txt"
+# The scaling table has a row per world size (1 and 2), and the 2-rank row of a
+# weak study carries a weak-scaling efficiency, not n/a.
+python3 - "$STUDY_DIR/scaling_report.txt" <<'PY' || fail "scaling report lacks the 1- and 2-rank rows with a weak efficiency"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+try:
+    h = next(i for i, l in enumerate(lines) if l.split()[:1] == ["config"] and "weak" in l)
+except StopIteration:
+    sys.exit("no scaling table header")
+rows = {}
+for l in lines[h + 1:]:
+    f = l.split()
+    if len(f) >= 7 and f[1].isdigit():
+        rows[int(f[1])] = f
+    elif not l.strip():
+        break
+if sorted(rows) != [1, 2]:
+    sys.exit(f"world sizes in the table: {sorted(rows)}")
+weak = rows[2][-1]
+if weak == "n/a" or not 0 < float(weak) <= 200:
+    sys.exit(f"2-rank weak efficiency: {weak}")
+print(f"ok: scaling table rows for 1 and 2 ranks, weak efficiency at 2 ranks {weak} %")
+PY
+echo "--- scaling report"; cat "$STUDY_DIR/scaling_report.txt"
 
 echo "PASS: all Slurm job-template checks"
