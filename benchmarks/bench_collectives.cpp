@@ -71,7 +71,47 @@ void run(benchmark::State& state, Op op, Impl impl) {
                                                    benchmark::Counter::kIsRate);
 }
 
+// MPI progress: a 64 MiB nonblocking allreduce started before ~N ms of matmuls
+// (the backward it should hide behind). `poll` = MPI_Test between matmul chunks,
+// as GradBuckets does from its hooks. wait_ms = time left to wait afterwards
+// (the exposed part); Open MPI's nonblocking collectives advance only inside MPI
+// calls, so without polling most of the transfer waits until wait().
+void overlap(benchmark::State& state, bool poll) {
+  const int64_t n = (int64_t{64} << 20) / 4;
+  auto buf = torch::ones({n});
+  auto a = torch::randn({256, 256}), b = torch::randn({256, 256});
+  double wait_s = 0, total_s = 0;
+  for (auto _ : state) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto work = g_comm->allreduce_sum_async(buf);
+    for (int i = 0; i < 200; ++i) {
+      a = torch::tanh(torch::mm(a, b) * 1e-2);
+      if (poll) work->test();
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    work->wait();
+    const auto t2 = std::chrono::steady_clock::now();
+    double dt = std::chrono::duration<double>(t2 - t0).count();
+    double w = std::chrono::duration<double>(t2 - t1).count();
+    MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    state.SetIterationTime(dt);
+    wait_s += w;
+    total_s += dt;
+    buf.fill_(1.0f);
+  }
+  state.counters["wait_ms"] = wait_s / state.iterations() * 1e3;
+  state.counters["exposed_share"] = wait_s / total_s;
+}
+
 void register_all() {
+  for (bool poll : {false, true})
+    benchmark::RegisterBenchmark(poll ? "overlap_64MiB/poll_in_hooks" : "overlap_64MiB/no_poll",
+                                 [poll](benchmark::State& s) { overlap(s, poll); })
+        ->Iterations(5)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
   const char* op_names[] = {"allreduce", "reduce_scatter", "all_gather"};
   const char* impl_names[] = {"llmtrain", "llmtrain_async", "raw_mpi"};
   for (Op op : {allreduce, reduce_scatter, all_gather})

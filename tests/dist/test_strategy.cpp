@@ -14,9 +14,12 @@ namespace llmtrain {
 namespace {
 
 struct TinyNetImpl : torch::nn::Module {
-  TinyNetImpl() {
+  explicit TinyNetImpl(bool with_unused = false) {
     fc1 = register_module("fc1", torch::nn::Linear(7, 13));
     scale = register_parameter("scale", torch::ones({13}));
+    // A parameter forward never uses: it gets no gradient, its bucket must
+    // still be reduced (from finish_gradients) instead of hanging.
+    if (with_unused) unused = register_parameter("unused", torch::ones({3}));
     fc2 = register_module("fc2", torch::nn::Linear(13, 5));
   }
   // x: (N, 7) -> (N, 5)
@@ -25,15 +28,15 @@ struct TinyNetImpl : torch::nn::Module {
     return {parameters(), {fc1->bias, scale, fc2->bias}, {}};
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  torch::Tensor scale;
+  torch::Tensor scale, unused;
 };
 TORCH_MODULE(TinyNet);
 
 constexpr int kIters = 5, kMicroBatch = 4;
 
-TinyNet make_net(uint64_t seed) {
+TinyNet make_net(uint64_t seed, bool with_unused = false) {
   torch::manual_seed(seed);
-  return TinyNet();
+  return TinyNet(with_unused);
 }
 
 // The whole iteration's data, identical on every rank: (W*A*B, 7), (W*A*B, 5).
@@ -54,7 +57,7 @@ Config config(int accum) {
   c.weight_decay = 0.1;
   c.beta1 = 0.9;
   c.beta2 = 0.95;
-  c.grad_clip = 0.5;  // below the early norms: clipping is active
+  c.grad_clip = 0.2;  // below the early norms: clipping is active
   c.gradient_accumulation_steps = accum;
   return c;
 }
@@ -97,8 +100,9 @@ Run run_single(const Config& c, int world) {
 // The same iterations through a strategy, rank r taking its slice of each
 // iteration's rows, one micro-batch at a time. Ranks start from different
 // weights: the strategy must broadcast rank 0's.
-Run run_strategy(const Config& c, Collectives& comm, std::vector<int64_t>* calls_per_micro = nullptr) {
-  auto net = make_net(comm.rank() == 0 ? 7 : 100 + comm.rank());
+Run run_strategy(const Config& c, Collectives& comm, std::vector<int64_t>* calls_per_micro = nullptr,
+                 bool with_unused = false) {
+  auto net = make_net(comm.rank() == 0 ? 7 : 100 + comm.rank(), with_unused);
   auto strategy = make_strategy(c, net->groups(), comm);
   const int A = static_cast<int>(c.gradient_accumulation_steps), W = comm.world_size(), r = comm.rank();
   Run run;
@@ -117,7 +121,8 @@ Run run_strategy(const Config& c, Collectives& comm, std::vector<int64_t>* calls
     strategy->step(c.learning_rate, clip_coef(norm, c.grad_clip));
   }
   EXPECT_GE(strategy->take_exposed_comm_seconds(), 0.0);
-  for (auto& p : net->parameters()) run.params.push_back(p.detach().clone());
+  for (auto& p : net->parameters())
+    if (!p.is_same(net->unused)) run.params.push_back(p.detach().clone());
   return run;
 }
 
@@ -193,6 +198,17 @@ TEST(Strategy, AccumulationDoesNotCommunicateBeforeTheLastMicroStep) {
       else  // buckets start inside the last backward, before finish_gradients
         EXPECT_GT(calls[i], 1) << "no bucket reduction started during the last backward";
     }
+  }
+}
+
+TEST(Strategy, UnusedParameterDoesNotHangOrChange) {
+  auto c = comm();
+  for (bool zero1 : {false, true}) {
+    auto cfg = config(2);
+    cfg.use_zero1 = zero1;
+    cfg.ddp_bucket_mb = 200.0 / (1 << 20);
+    expect_same(run_single(cfg, c->world_size()), run_strategy(cfg, *c, nullptr, /*with_unused=*/true),
+                zero1 ? "zero1 with an unused parameter" : "ddp with an unused parameter");
   }
 }
 
