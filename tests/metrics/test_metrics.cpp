@@ -213,7 +213,7 @@ TEST(GradNorms, PerParameterMinMaxAndClipping) {
 }
 
 TEST(RunLog, AtomicAndReadableMidRun) {
-  const auto dir = testing::scratch_dir("metrics-runlog");
+  const auto dir = llmtrain::testing::scratch_dir("metrics-runlog");
   std::filesystem::remove_all(dir);
   RunLog log(dir.string(), true, /*min_flush_seconds=*/3600.0);
   EXPECT_NE(log.path().find("run_"), std::string::npos);

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 std::string fixture(const std::string& name) {
-  return (fs::path(testing::source_dir()) / "tests/metrics/fixtures" / name).string();
+  return (fs::path(llmtrain::testing::source_dir()) / "tests/metrics/fixtures" / name).string();
 }
 struct Result {
   int rc;
@@ -36,7 +36,7 @@ Result run(const std::string& cmd) {
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
-std::string report_bin() { return (fs::path(testing::build_dir()) / "bin/llmtrain-report").string(); }
+std::string report_bin() { return (fs::path(llmtrain::testing::build_dir()) / "bin/llmtrain-report").string(); }
 }  // namespace
 
 TEST(Report, SummarySkipsWarmup) {
@@ -109,7 +109,7 @@ TEST(Report, SelfCheckFiresOnAnInconsistentLog) {
 }
 
 TEST(Report, BadLogsAreNamed) {
-  const auto dir = testing::scratch_dir("metrics-report-bad");
+  const auto dir = llmtrain::testing::scratch_dir("metrics-report-bad");
   const auto p = (dir / "run_broken.json").string();
   std::ofstream(p) << "{\"startup_info\": {";
   try {
@@ -145,11 +145,11 @@ TEST(ReportTool, TablesExitCodesAndPlots) {
   EXPECT_NE(missing.out.find("/nonexistent/run_x.json"), std::string::npos) << missing.out;
 
   if (run("python3 -c 'import matplotlib' || /usr/bin/python3 -c 'import matplotlib'").rc != 0) GTEST_SKIP() << "matplotlib not installed";
-  const auto out = testing::scratch_dir("metrics-report-plots");
+  const auto out = llmtrain::testing::scratch_dir("metrics-report-plots");
   fs::remove_all(out);
   const auto plots = run(report_bin() + " " + fixture("run_1gpu.json") + " " + fixture("run_8gpu_strong.json") + " " +
                          fixture("run_2gpu_weak.json") + " --plot " + out.string() + " --plot-script " +
-                         testing::source_dir() + "/scripts/llmtrain_plot.py");
+                         llmtrain::testing::source_dir() + "/scripts/llmtrain_plot.py");
   EXPECT_EQ(plots.rc, 0) << plots.out;
   for (const char* png : {"loss.png", "mfu.png", "tokens_per_sec.png", "scaling.png"}) {
     ASSERT_TRUE(fs::exists(out / png)) << png << "\n" << plots.out;
