@@ -63,8 +63,7 @@ double activation_bytes(const ModelConfig& m, const std::string& dtype, int64_t 
   double bytes = m.n_layer * tokens * per_token_layer * e;
   // The manual backend stores the (T, T) softmax probabilities of every head
   // (and its dropout mask); fused kernels keep only a log-sum-exp per row.
-  const std::string used = model_detail::resolve_attention_backend(attention_backend).first;
-  if (used == "manual") {
+  if (attention_backend == "manual") {
     bytes += m.n_layer * tokens * H * T * e * (m.dropout > 0 ? 2.0 : 1.0);
   } else {
     bytes += m.n_layer * tokens * H * 4.0;
@@ -87,15 +86,16 @@ std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, const std::str
 
   MemoryEstimate ddp{"ddp", P * e, P * e, P * opt_per_param, act};
   MemoryEstimate zero1{"zero1", P * e, P * e, P * opt_per_param / W, act};
-  // FSDP units: one per block, plus the root (embeddings, final norm, head).
+  // FSDP units: one per block, the token embedding (+ positions), and the
+  // final norm with the LM head (as torchtitan wraps LLaMA).
   // Each rank keeps 1/W of everything, plus the gathered weights of the unit in
   // use and the next (prefetched) one, and the full gradients of one unit
   // before its reduce-scatter: sized by the largest unit.
   const auto pb = param_breakdown(m);
   const double block = static_cast<double>(pb.attention + pb.mlp + pb.norms - norm_width_params(m)) /
                        static_cast<double>(m.n_layer);
-  const double root = static_cast<double>(pb.embeddings + pb.head + norm_width_params(m));
-  const double unit = std::max(block, root);
+  const double unit = std::max({block, static_cast<double>(pb.embeddings),
+                                 static_cast<double>(pb.head + norm_width_params(m))});
   MemoryEstimate fsdp{"fsdp", P * e / W + (W > 1 ? 2 * unit * e : 0.0), P * e / W + (W > 1 ? unit * e : 0.0),
                       P * opt_per_param / W, act};
   return {ddp, zero1, fsdp};
@@ -108,8 +108,9 @@ std::string describe_model(const Config& c, int64_t world_size) {
   s += fmt::format("model        {}\n", m.arch_string());
   s += fmt::format("vocabulary   {} tokens, {} embedding rows (vocab_pad_multiple = {}); block_size {}\n",
                    grouped(m.vocab_size), grouped(m.padded_vocab), c.vocab_pad_multiple, m.block_size);
-  s += fmt::format("attention    {} requested, {} used in this build\n", c.attention_backend,
-                   model_detail::resolve_attention_backend(c.attention_backend).first);
+  s += fmt::format("attention    {} requested ({} in this build); activations below assume {}\n",
+                   c.attention_backend, model_detail::resolve_attention_backend(c.attention_backend).first,
+                   c.attention_backend == "manual" ? "stored (T, T) probabilities" : "a fused kernel");
   s += fmt::format("parameters   {:>15} total\n", grouped(pb.total));
   auto row = [&](const char* name, int64_t v) {
     s += fmt::format("  {:<11}{:>15}  {:5.1f}%\n", name, grouped(v), 100.0 * v / static_cast<double>(pb.total));

@@ -119,7 +119,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   if (backend == "sdpa") {
     if (q.is_cuda()) enable_fast_sdp_kernels_once();
 #if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
-    return at::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true, c10::nullopt,
+    return at::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true, c10::optional<double>(),
                                             /*enable_gqa=*/G > 1);
 #else
     // No enable_gqa before 2.5: K/V are expanded to H heads (one copy).

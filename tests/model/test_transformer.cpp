@@ -266,3 +266,42 @@ TEST(Transformer, ParameterGroupsCoverEveryParameterOnce) {
     EXPECT_EQ(static_cast<int64_t>(model->blocks().size()), cfg.n_layer);
   }
 }
+
+TEST(Transformer, CachedTablesAreBuffersNotParameters) {
+  Transformer model(tiny_llama());
+  auto buffers = model->named_buffers();
+  ASSERT_TRUE(buffers.contains("rope_cos"));
+  ASSERT_TRUE(buffers.contains("rope_sin"));
+  EXPECT_EQ(buffers["rope_cos"].sizes(), (std::vector<int64_t>{32, 1, 4}));  // (block_size, 1, D/2)
+  if (model->attention_backend_used() == "manual") {
+    ASSERT_TRUE(buffers.contains("causal_mask"));
+    EXPECT_EQ(buffers["causal_mask"].sizes(), (std::vector<int64_t>{32, 32}));
+  }
+  for (auto& item : model->named_parameters())
+    EXPECT_EQ(item.key().find("rope"), std::string::npos) << item.key();
+}
+
+TEST(Transformer, TiedHeadSharesTheEmbeddingAndLongInputsAreRefused) {
+  auto cfg = tiny_gpt2();
+  Transformer model(cfg);
+  auto params = model->named_parameters();
+  EXPECT_FALSE(params.contains("lm_head.weight"));
+  // The tied matrix gets gradient through the head even for tokens never input.
+  auto x = torch::zeros({1, 8}, torch::kLong);
+  model->loss(x, torch::ones({1, 8}, torch::kLong)).backward();
+  EXPECT_GT(params["wte.weight"].grad()[1].abs().sum().item<double>(), 0.0);
+  EXPECT_THROW(model->forward(torch::zeros({1, cfg.block_size + 1}, torch::kLong)), llmtrain::Error);
+}
+
+TEST(Transformer, DropoutTrainsAndIsOffInEval) {
+  auto cfg = tiny_llama();
+  cfg.dropout = 0.2;
+  Transformer model(cfg);
+  auto x = random_tokens(2, 16, cfg.vocab_size, 11);
+  model->train();
+  auto a = model->forward(x), b = model->forward(x);
+  EXPECT_FALSE(torch::allclose(a, b));
+  model->loss(x, x).backward();
+  model->eval();
+  EXPECT_TRUE(torch::equal(model->forward(x), model->forward(x)));
+}

@@ -33,8 +33,9 @@ struct MemoryEstimate {
 // are held in the compute dtype; AdamW keeps two fp32 moments, plus fp32 master
 // weights when the compute dtype is 16-bit. Activations: tensors saved for
 // backward by this implementation for `batch_size` sequences of block_size tokens
-// (no activation checkpointing), with `attention_backend` deciding whether the
-// (T, T) attention probabilities are stored.
+// (no activation checkpointing). `attention_backend` is the requested one (the
+// GPU build being planned for): manual stores the (T, T) attention
+// probabilities, the fused kernels (sdpa, flash) do not.
 std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, const std::string& dtype, int64_t batch_size,
                                             int64_t world_size, const std::string& attention_backend);
 // Activation bytes of one micro-batch (the term shared by every strategy).
