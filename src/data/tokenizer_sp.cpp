@@ -9,6 +9,7 @@
 //   - ranked merges over the whole text (no pre-tokenizer), lowest merge rank
 //     first, leftmost first on ties.
 #include <array>
+#include <atomic>
 #include <queue>
 #include <unordered_map>
 
@@ -42,7 +43,16 @@ class SentencePieceBpe final : public Tokenizer {
   };
   std::unordered_map<uint64_t, Merge> merges_;
   int32_t eos_ = -1;
+  // True when every piece is a run of "▁" followed by no further "▁": then no
+  // merge can join a non-"▁" symbol to a following "▁", the text splits into
+  // independent "▁▁word" segments, and each segment's ids can be cached.
+  bool split_words_ = false;
+  uint64_t serial_;
+
+  void bpe(std::string_view meta_text, std::vector<int32_t>& out) const;
 };
+
+std::atomic<uint64_t> g_sp_serial{0};
 
 std::string js_string_constant(const std::string& src, const std::string& name, const std::string& what) {
   const std::string key = "const " + name + " = \"";
@@ -54,7 +64,8 @@ std::string js_string_constant(const std::string& src, const std::string& name, 
   return src.substr(p, e - p);
 }
 
-SentencePieceBpe::SentencePieceBpe(const std::string& path, const std::string& name) : name_(name) {
+SentencePieceBpe::SentencePieceBpe(const std::string& path, const std::string& name)
+    : name_(name), serial_(++g_sp_serial) {
   const std::string what = fmt::format("llama-tokenizer.js '{}'", path);
   const std::string src = read_file(path, what.c_str());
   hash_ = sha256_hex(src);
@@ -72,6 +83,12 @@ SentencePieceBpe::SentencePieceBpe(const std::string& path, const std::string& n
     by_piece_[vocab_[id]] = static_cast<int32_t>(id);
     if (vocab_[id].find(' ') != std::string::npos)
       throw DataError(fmt::format("{}: piece {} contains a space; merge keys would be ambiguous", what, id));
+  }
+  split_words_ = true;
+  for (const auto& piece : vocab_) {
+    size_t i = 0;
+    while (piece.compare(i, 3, "\xE2\x96\x81") == 0) i += 3;
+    if (piece.find("\xE2\x96\x81", i) != std::string::npos) split_words_ = false;
   }
   for (const auto& [piece, id] : by_piece_) {
     size_t i = 0;
@@ -112,19 +129,14 @@ SentencePieceBpe::SentencePieceBpe(const std::string& path, const std::string& n
   }
 }
 
-std::vector<int32_t> SentencePieceBpe::encode(std::string_view raw) const {
-  if (raw.empty()) return {};
-  const std::string text = utf8_repair(raw);
-  // Initial symbols: one per code point of "▁" + text with spaces as "▁".
+// Merges over one run of metaspace text ("▁" for spaces), appended to `out`.
+void SentencePieceBpe::bpe(std::string_view text, std::vector<int32_t>& out) const {
+  // Initial symbols: one per code point, or its UTF-8 bytes as <0xNN> pieces.
   std::vector<int32_t> id;
-  id.reserve(text.size() + 1);
-  const int32_t meta = by_char_.at(U'\u2581');
-  id.push_back(meta);
+  id.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
     size_t start = i;
-    char32_t c = utf8_next(text, i);
-    if (c == U' ') c = U'\u2581';
-    auto it = by_char_.find(c);
+    auto it = by_char_.find(utf8_next(text, i));
     if (it != by_char_.end()) {
       id.push_back(it->second);
     } else {
@@ -165,9 +177,49 @@ std::vector<int32_t> SentencePieceBpe::encode(std::string_view raw) const {
     if (prev[c.pos] >= 0) push(prev[c.pos]);
     push(c.pos);
   }
-  std::vector<int32_t> out;
-  out.reserve(n / 3 + 1);
   for (int i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
+}
+
+std::vector<int32_t> SentencePieceBpe::encode(std::string_view raw) const {
+  if (raw.empty()) return {};
+  const std::string text = utf8_repair(raw);
+  static const std::string kMeta = "\xE2\x96\x81";
+  std::string meta = kMeta;  // the preceding space
+  meta.reserve(text.size() * 2);
+  for (char c : text) {
+    if (c == ' ') meta += kMeta;
+    else meta.push_back(c);
+  }
+  std::vector<int32_t> out;
+  out.reserve(meta.size() / 3 + 1);
+  if (!split_words_) {
+    bpe(meta, out);
+    return out;
+  }
+  thread_local std::unordered_map<uint64_t, std::unordered_map<std::string, std::vector<int32_t>>> caches;
+  auto& cache = caches[serial_];
+  if (cache.size() > (1u << 18)) cache.clear();
+  // Segments start at a "▁" that follows something else.
+  size_t seg = 0;
+  auto flush = [&](size_t end) {
+    std::string key = meta.substr(seg, end - seg);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      std::vector<int32_t> ids;
+      bpe(key, ids);
+      it = cache.emplace(std::move(key), std::move(ids)).first;
+    }
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    seg = end;
+  };
+  bool prev_meta = true;
+  for (size_t i = 0; i < meta.size();) {
+    bool is_meta = meta.compare(i, 3, kMeta) == 0;
+    if (is_meta && !prev_meta) flush(i);
+    prev_meta = is_meta;
+    i += is_meta ? 3 : 1;
+  }
+  flush(meta.size());
   return out;
 }
 
