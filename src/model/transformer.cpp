@@ -171,7 +171,8 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg), parts_(std
     auto mask = torch::full({cfg.block_size, cfg.block_size}, -std::numeric_limits<float>::infinity());
     p.causal_mask = register_buffer("causal_mask", torch::triu(mask, 1));
   }
-  init_weights(0);
+  // Weights keep LibTorch's default initialization until init_weights(seed):
+  // drawing twice would cost seconds at full size.
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& idx) {
@@ -215,9 +216,14 @@ void TransformerImpl::init_weights(uint64_t seed) {
       t.fill_(1.0);
     } else {
       const bool resid = name.find("c_proj.weight") != std::string::npos;
-      auto draw = at::empty(t.sizes(), at::TensorOptions().dtype(at::kFloat));
-      draw.normal_(0.0, resid ? std_resid : std_base, gen);
-      t.copy_(draw);
+      const double std = resid ? std_resid : std_base;
+      if (t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous()) {
+        t.normal_(0.0, std, gen);  // the same draws as below, without the copy
+      } else {
+        auto draw = at::empty(t.sizes(), at::TensorOptions().dtype(at::kFloat));
+        draw.normal_(0.0, std, gen);
+        t.copy_(draw);
+      }
     }
   }
 }

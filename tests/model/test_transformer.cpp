@@ -245,6 +245,12 @@ TEST(Transformer, InitIsDeterministicPerSeed) {
     if (!torch::equal(item.value(), pc[item.key()])) any_differs = true;
   }
   EXPECT_TRUE(any_differs);
+  // The copy path (other dtypes, other devices) draws the same numbers.
+  Transformer d(cfg);
+  d->to(torch::kDouble);
+  d->init_weights(42);
+  for (auto& item : d->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value().to(torch::kFloat), pa[item.key()])) << item.key();
   // Residual projections are drawn with std 0.02 / sqrt(2 L); norms start at 1.
   auto resid = pa["h.0.mlp.c_proj.weight"];
   EXPECT_NEAR(resid.std().item<double>(), 0.02 / std::sqrt(4.0), 0.002);
