@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
+#include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
 
 namespace llmtrain {
@@ -18,9 +20,25 @@ std::string format_duration(double seconds) {
   return days > 0 ? fmt::format("{}d {}", days, hms) : hms;
 }
 
+ProgressBar::Mode ProgressBar::choose_mode(bool talks, bool stdout_is_tty,
+                                           const std::function<const char*(const char*)>& getenv_fn) {
+  if (!talks) return Mode::off;
+  if (const char* v = getenv_fn("LLMTRAIN_PROGRESS")) {
+    const std::string want = v;
+    if (want == "terminal") return Mode::terminal;
+    if (want == "file") return Mode::file;
+    if (want == "off") return Mode::off;
+    throw ConfigError(fmt::format("LLMTRAIN_PROGRESS = '{}' is not one of terminal, file, off", want));
+  }
+  if (!stdout_is_tty) return Mode::file;
+  // A pty from a launcher says nothing about where the job's output ends up.
+  for (const char* launcher : {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_JOB_ID"})
+    if (getenv_fn(launcher)) return Mode::file;
+  return Mode::terminal;
+}
+
 ProgressBar::Mode ProgressBar::detect_mode() {
-  if (!log::talks()) return Mode::off;
-  return log::stdout_is_terminal() ? Mode::terminal : Mode::file;
+  return choose_mode(log::talks(), log::stdout_is_terminal(), [](const char* k) { return std::getenv(k); });
 }
 
 ProgressBar::ProgressBar(int64_t start_iter, int64_t end_iter, Mode mode, std::FILE* out, double file_interval_s,

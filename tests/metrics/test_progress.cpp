@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 
+#include "llmtrain/core/error.hpp"
 #include "llmtrain/train/progress.hpp"
 #include "test_util.hpp"
 
@@ -86,4 +88,24 @@ TEST(Progress, OffWritesNothingAndDurationsFormat) {
   EXPECT_EQ(llmtrain::format_duration(3725), "01:02:05");
   EXPECT_EQ(llmtrain::format_duration(2 * 86400 + 61), "2d 00:01:01");
   EXPECT_EQ(llmtrain::format_duration(-1), "--:--:--");
+}
+
+TEST(Progress, ModeUnderLaunchersIsFile) {
+  auto env = [](std::map<std::string, std::string> m) {
+    return [m](const char* k) -> const char* {
+      auto it = m.find(k);
+      return it == m.end() ? nullptr : it->second.c_str();
+    };
+  };
+  using M = ProgressBar::Mode;
+  EXPECT_EQ(ProgressBar::choose_mode(false, true, env({})), M::off);       // not rank 0
+  EXPECT_EQ(ProgressBar::choose_mode(true, false, env({})), M::file);      // redirected to a file
+  EXPECT_EQ(ProgressBar::choose_mode(true, true, env({})), M::terminal);   // a shell on a terminal
+  // mpirun gives ranks a pty even when its output goes to a file; so does an sbatch job's srun --pty.
+  EXPECT_EQ(ProgressBar::choose_mode(true, true, env({{"OMPI_COMM_WORLD_SIZE", "2"}})), M::file);
+  EXPECT_EQ(ProgressBar::choose_mode(true, true, env({{"SLURM_JOB_ID", "42"}})), M::file);
+  EXPECT_EQ(ProgressBar::choose_mode(true, true, env({{"SLURM_JOB_ID", "42"}, {"LLMTRAIN_PROGRESS", "terminal"}})),
+            M::terminal);
+  EXPECT_EQ(ProgressBar::choose_mode(true, false, env({{"LLMTRAIN_PROGRESS", "off"}})), M::off);
+  EXPECT_THROW(ProgressBar::choose_mode(true, false, env({{"LLMTRAIN_PROGRESS", "fancy"}})), llmtrain::ConfigError);
 }

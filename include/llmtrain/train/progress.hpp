@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 namespace llmtrain {
@@ -11,8 +12,12 @@ namespace llmtrain {
 class ProgressBar {
  public:
   enum class Mode { terminal, file, off };
-  // terminal if rank 0 and stdout is a tty, file if rank 0 otherwise, off elsewhere.
+  // off on ranks other than 0. LLMTRAIN_PROGRESS=terminal|file|off wins. Else
+  // terminal only if stdout is a tty AND the process was not started by an MPI
+  // launcher or inside a Slurm job: Open MPI's mpirun hands every rank a pty even
+  // when its own output goes to a file, so isatty() cannot be trusted there.
   static Mode detect_mode();
+  static Mode choose_mode(bool talks, bool stdout_is_tty, const std::function<const char*(const char*)>& getenv_fn);
 
   // Iterations [start_iter, end_iter). In file mode a line is written at most
   // every `file_interval_s` seconds (and at the end).
