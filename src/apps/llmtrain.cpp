@@ -1,19 +1,54 @@
-// llmtrain: train or evaluate a model. parse -> Runtime -> Trainer -> run.
+// llmtrain: train or evaluate a model.
+//   parse -> Runtime -> Trainer -> run
+// Usage: llmtrain [config.cfg ...] [--key=value ...] [--describe] [--print_config] [--help]
+#include <filesystem>
 #include <iostream>
 
-#include "llmtrain/core/config.hpp"
-#include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/core/config.hpp"   // defines: Config, parse_command_line
+#include "llmtrain/core/log.hpp"      // defines: log::info (rank 0 only)
+#include "llmtrain/dist/runtime.hpp"  // defines: Runtime, run_main (errors abort every rank)
+#include "llmtrain/model/describe.hpp"  // defines: describe_model
+#include "llmtrain/train/trainer.hpp"   // defines: Trainer
 
 int main(int argc, char** argv) {
   return llmtrain::run_main(argc, argv, [&](llmtrain::Runtime& rt) {
-    const auto cl = llmtrain::parse_command_line(argc, argv);
+    using namespace llmtrain;
+    const CommandLine cl = parse_command_line(argc, argv);
     if (cl.help) {
-      if (rt.is_root())
-        std::cout << "usage: llmtrain [config.cfg ...] [--key=value ...] [--describe] [--print_config]\n"
-                  << llmtrain::Config::help_text();
+      log::info("usage: llmtrain [config.cfg ...] [--key=value ...] [flags]\n\n"
+                "Trains a decoder-only transformer on HDF5 token shards, one MPI rank per device:\n"
+                "  srun --mpi=pmix llmtrain inputs/full_llama_1.36b.cfg --max_iters=200\n"
+                "  mpirun -np 2 llmtrain inputs/quickstart.cfg\n\n"
+                "flags:\n"
+                "  --help                  this text\n"
+                "  --describe              architecture, parameters, FLOPs/token and GPU memory estimates; no training\n"
+                "  --describe_world_size=N world size --describe assumes for ZeRO-1/FSDP (default 8)\n"
+                "  --print_config          print every key's resolved value and exit\n"
+                "  --config_docs           print docs/config.md (every key as a Markdown table)\n"
+                "{}",
+                Config::help_text());
       return 0;
     }
-    cl.config.validate();
+    if (cl.config_docs) {
+      if (rt.is_root()) std::cout << Config::markdown_table();
+      return 0;
+    }
+    const Config& cfg = cl.config;
+    cfg.validate();
+    if (cl.print_config) {
+      for (const auto& k : Config::key_names()) log::info("{} = {}", k, cfg.get(k));
+      return 0;
+    }
+    if (cl.describe) {
+      log::info("{}", describe_model(cfg, cl.describe_world_size));
+      return 0;
+    }
+    cfg.refuse_unbuilt();
+    Trainer trainer(cfg, rt);
+    const TrainResult r = trainer.run();
+    log::info("done: {} iterations, final train loss {:.4f}, val loss {:.4f}, {:.0f} tokens/s{}", r.iterations,
+              r.final_train_loss, r.final_val_loss, r.tokens_per_sec,
+              r.run_log_path.empty() ? "" : ", run log " + r.run_log_path);
     return 0;
   });
 }

@@ -160,3 +160,11 @@ TEST(Config, ClosestMatch) {
   EXPECT_EQ(llmtrain::closest_match("lerning_rate", Config::key_names()), "learning_rate");
   EXPECT_EQ(llmtrain::closest_match("zzzzzzzzzzzzzzzzzzzzzz", Config::key_names()), "");
 }
+
+TEST(Config, DocsTableIsUpToDate) {
+  std::ifstream in(llmtrain::testing::source_dir() + "/docs/config.md");
+  ASSERT_TRUE(in) << "docs/config.md missing: regenerate with `llmtrain --config_docs > docs/config.md`";
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, Config::markdown_table())
+      << "docs/config.md is stale: regenerate with `build/bin/llmtrain --config_docs > docs/config.md`";
+}
