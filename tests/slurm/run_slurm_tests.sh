@@ -4,7 +4,8 @@
 #   1. jobs/prepare_data.sbatch   2 MPI ranks tokenize a few SOTU speeches (byte tokenizer)
 #   2. jobs/tier1.sbatch          1 rank, one (count-only) GPU requested, srun --mpi=pmix
 #   3. a failing tier1 job        (unknown config key) must fail the --wait exit code
-#   4. jobs/ablation_grad_accum.sbatch   2 ranks, 2 variants, LLMTRAIN_LAUNCHER=mpirun
+#   4. jobs/ablation_grad_accum.sbatch   2 ranks, 2 variants, LLMTRAIN_LAUNCHER=mpirun,
+#                                        submitted through jobs/submit.sh
 #   5. jobs/submit_scaling.sh weak       1 and 2 ranks + the llmtrain-report --scaling step
 #   6. jobs/memory_max_batch.sbatch      finds the out-of-memory limit (under ulimit -v)
 # and checks every job's exit code (sbatch --wait; no accounting here, so no
@@ -163,9 +164,14 @@ grep -q "no_such_key" "$(joblog "$jobid")" || { show_log "$jobid"; fail "job $jo
 echo "ok: bad-key job $jobid failed with exit code $jobrc and named the key"
 
 # ---- 4. an ablation: 2 ranks, 2 variants, mpirun launcher ------------------
-note "ablation_grad_accum.sbatch (2 ranks, mpirun, VARIANTS='1 2')"
-VARIANTS="1 2" LLMTRAIN_LAUNCHER=mpirun sub --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 \
-  --time=10 "$src/jobs/ablation_grad_accum.sbatch"
+# Submitted through jobs/submit.sh, which maps GPUS_PER_NODE/TASKS_PER_NODE/... to sbatch options.
+note "ablation_grad_accum.sbatch via jobs/submit.sh (2 ranks, mpirun, VARIANTS='1 2')"
+out=$(VARIANTS="1 2" LLMTRAIN_LAUNCHER=mpirun GPUS_PER_NODE=0 TASKS_PER_NODE=2 CPUS_PER_TASK=1 TIME=10 \
+      "$src/jobs/submit.sh" "$src/jobs/ablation_grad_accum.sbatch" --wait --parsable 2>"$work/sbatch.err")
+jobrc=$?
+jobid=$(head -n1 <<<"$out" | cut -d';' -f1)
+[[ "$jobid" =~ ^[0-9]+$ ]] || { cat "$work/sbatch.err" >&2; fail "jobs/submit.sh did not return a job id"; }
+grep -q "2 task(s)" "$(joblog "$jobid")" || { show_log "$jobid"; fail "submit.sh: TASKS_PER_NODE=2 did not give 2 tasks"; }
 ((jobrc == 0)) || { show_log "$jobid"; fail "ablation job $jobid exited $jobrc"; }
 grep -q "launcher mpirun" "$(joblog "$jobid")" || { show_log "$jobid"; fail "ablation did not use mpirun"; }
 for v in 1 2; do
