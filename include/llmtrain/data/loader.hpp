@@ -31,11 +31,20 @@ struct DataInfo {
 // on anything missing or inconsistent).
 DataInfo read_data_info(const std::string& data_dir);
 
+// Global window index in [0, num_windows) of sample k of iteration iter: a
+// counter-based hash (splitmix64) of (seed, stream, iter, k), so any rank can
+// compute any sample without state. Windows are numbered shard by shard.
+uint64_t sample_window_index(uint64_t seed, uint64_t stream, int64_t iter, int64_t k, uint64_t num_windows);
+
 class TokenLoader {
  public:
   // split: "train" | "val". `stream` separates independent sample streams of the
   // same split (e.g. 0 = training, 1 = evaluation).
   TokenLoader(const Config& config, const Runtime& rt, const std::string& split, torch::Device device,
+              uint64_t stream = 0);
+  // Same, as rank `rank` of `world_size` ranks (tests and tools that emulate another
+  // world size in one process).
+  TokenLoader(const Config& config, int rank, int world_size, const std::string& split, torch::Device device,
               uint64_t stream = 0);
   ~TokenLoader();
 

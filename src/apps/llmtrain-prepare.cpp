@@ -1,0 +1,67 @@
+// llmtrain-prepare: text / JSONL / nanoGPT .bin -> HDF5 token shards + index.json.
+// An MPI program: `mpirun -np N llmtrain-prepare ...` tokenizes on N ranks; the
+// output is byte-identical for any N (docs/data-format.md).
+#include <iostream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/core/log.hpp"
+#include "llmtrain/data/prepare.hpp"
+#include "llmtrain/dist/runtime.hpp"
+
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  return llmtrain::run_main(argc, argv, [&](llmtrain::Runtime& rt) {
+    llmtrain::PrepareOptions o;
+    bool no_progress = false;
+    po::options_description flags(
+        "usage: llmtrain-prepare [options] --out_dir DIR INPUT...\n"
+        "       llmtrain-prepare [options] --out_dir DIR --from_nanogpt DIR --vocab_size N\n"
+        "INPUT: UTF-8 text files (one document each), directories of them (recursive), or\n"
+        "JSONL files (*.jsonl, *.ndjson; one document per line, its \"text\" field).\n"
+        "Writes DIR/train_00000.h5 ..., DIR/val_00000.h5 ... and DIR/index.json.\n\noptions");
+    flags.add_options()
+        ("help,h", "print this help")
+        ("out_dir,o", po::value(&o.out_dir), "output directory (created; earlier shards and index there are replaced)")
+        ("ext", po::value(&o.extensions)->multitoken(),
+         "take only files with these extensions from input directories (e.g. --ext .txt); default: all")
+        ("tokenizer", po::value(&o.tokenizer)->default_value(o.tokenizer), "tokenizer spec: byte | <kind>:<file>")
+        ("val_fraction", po::value(&o.val_fraction)->default_value(o.val_fraction),
+         "share of documents for the val split (chosen by a hash of each document's position)")
+        ("split_seed", po::value(&o.split_seed)->default_value(o.split_seed), "seed of the train/val document hash")
+        ("shard_tokens", po::value(&o.shard_tokens)->default_value(o.shard_tokens), "tokens per shard file")
+        ("from_nanogpt", po::value(&o.from_nanogpt), "import DIR/train.bin and DIR/val.bin (raw uint16) as-is")
+        ("vocab_size", po::value(&o.vocab_size)->default_value(0), "vocabulary size of --from_nanogpt data (required; checked)")
+        ("tokenizer_name", po::value(&o.tokenizer_name)->default_value(o.tokenizer_name),
+         "tokenizer name recorded for --from_nanogpt data (e.g. gpt2)")
+        ("no_progress", po::bool_switch(&no_progress), "no progress line");
+    po::options_description hidden;
+    hidden.add_options()("input", po::value(&o.inputs));
+    po::options_description all;
+    all.add(flags).add(hidden);
+    po::positional_options_description pos;
+    pos.add("input", -1);
+    po::variables_map vm;
+    try {
+      po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+      po::notify(vm);
+    } catch (const po::error& e) {
+      throw llmtrain::ConfigError(fmt::format("llmtrain-prepare: {} (see --help)", e.what()));
+    }
+    if (vm.count("help")) {
+      if (rt.is_root()) std::cout << flags << "\n";
+      return 0;
+    }
+    o.progress = !no_progress;
+    const auto r = llmtrain::prepare_data(o, rt);
+    llmtrain::log::info(
+        "prepared {}: train {} tokens ({} documents, {} shards), val {} tokens ({} documents, {} shards) in "
+        "{:.1f} s on {} ranks ({:.2f}M tokens/s per rank)",
+        o.out_dir, r.train_tokens, r.train_documents, r.train_shards, r.val_tokens, r.val_documents, r.val_shards,
+        r.seconds, r.world_size, (r.train_tokens + r.val_tokens) / std::max(r.seconds, 1e-9) / r.world_size / 1e6);
+    return 0;
+  });
+}

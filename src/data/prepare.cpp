@@ -1,0 +1,417 @@
+// prepare_data: inputs -> tokens -> HDF5 shards + index.json, in parallel over ranks.
+//
+// Work split: the inputs, in sorted order, are one virtual byte stream; rank r owns
+// the byte range [r*S/P, (r+1)*S/P) and tokenizes every document that STARTS in it
+// (a text file starts at its first byte, a JSONL document at the start of its
+// line). Concatenating the ranks' tokens in rank order therefore gives the tokens
+// of all documents in input order, for any P; the shard writer then cuts that
+// global stream at fixed token offsets, so the files do not depend on P.
+#include "data/prepare_comm.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <type_traits>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "data/data_index.hpp"
+#include "data/shard_io.hpp"
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/data/tokenizer.hpp"
+#include "llmtrain/dist/runtime.hpp"
+
+namespace llmtrain {
+
+namespace fs = std::filesystem;
+
+namespace data {
+namespace {
+
+struct InputFile {
+  std::string path;
+  int64_t size = 0;
+  int64_t start = 0;  // offset in the virtual byte stream of all inputs
+  bool jsonl = false;
+};
+
+bool is_jsonl(const fs::path& p) {
+  const auto ext = p.extension().string();
+  return ext == ".jsonl" || ext == ".ndjson";
+}
+
+std::vector<InputFile> list_inputs(const std::vector<std::string>& inputs, const std::vector<std::string>& exts) {
+  auto wanted = [&](const fs::path& p) {
+    return exts.empty() || std::find(exts.begin(), exts.end(), p.extension().string()) != exts.end();
+  };
+  std::vector<InputFile> files;
+  for (const auto& in : inputs) {
+    if (!fs::exists(in)) throw DataError(fmt::format("input '{}' does not exist", in));
+    if (fs::is_directory(in)) {
+      std::vector<fs::path> found;
+      for (const auto& e : fs::recursive_directory_iterator(in)) {
+        if (!e.is_regular_file()) continue;
+        const auto rel = fs::relative(e.path(), in);
+        bool hidden = false;
+        for (const auto& part : rel) hidden = hidden || part.string().rfind('.', 0) == 0;
+        if (!hidden && wanted(e.path())) found.push_back(e.path());
+      }
+      std::sort(found.begin(), found.end());
+      for (const auto& p : found) files.push_back({p.string(), 0, 0, is_jsonl(p)});
+    } else {
+      files.push_back({in, 0, 0, is_jsonl(in)});
+    }
+  }
+  int64_t start = 0;
+  for (auto& f : files) {
+    f.size = static_cast<int64_t>(fs::file_size(f.path));
+    f.start = start;
+    start += f.size;
+  }
+  return files;
+}
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Train/val by a hash of where the document starts (file index, byte offset):
+// known to whichever rank reads the document, independent of the rank count.
+bool goes_to_val(uint64_t seed, size_t file_index, int64_t offset, double val_fraction) {
+  if (val_fraction <= 0.0) return false;
+  const uint64_t h = mix64(mix64(mix64(seed) ^ file_index) ^ static_cast<uint64_t>(offset));
+  return static_cast<double>(h >> 11) * 0x1.0p-53 < val_fraction;
+}
+
+int64_t line_number(const std::string& path, int64_t offset) {
+  std::ifstream in(path, std::ios::binary);
+  int64_t line = 1;
+  char c;
+  for (int64_t i = 0; i < offset && in.get(c); ++i) line += c == '\n';
+  return line;
+}
+
+// Rank-0 progress: documents, tokens, tokens/s and ETA from the share of rank 0's
+// byte range done (every rank has about the same number of bytes). Redrawn in
+// place on a terminal, a plain line every 10 s otherwise (logs under Slurm).
+class Progress {
+ public:
+  Progress(bool on, int64_t bytes, int world) : on_(on), bytes_(std::max<int64_t>(bytes, 1)), world_(world) {
+    tty_ = on_ && isatty(fileno(stdout));
+    t0_ = last_ = std::chrono::steady_clock::now();
+  }
+  void update(int64_t docs, int64_t tokens, int64_t bytes_done, bool final = false) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double since = std::chrono::duration<double>(now - last_).count();
+    if (!final && since < (tty_ ? 0.25 : 10.0)) return;
+    last_ = now;
+    const double el = std::chrono::duration<double>(now - t0_).count();
+    const double frac = std::min(1.0, static_cast<double>(bytes_done) / bytes_);
+    const double rate = el > 0 ? tokens / el : 0.0;
+    const double eta = frac > 0 ? el * (1 - frac) / frac : 0.0;
+    const std::string line = fmt::format(
+        "prepare: {:5.1f}% | rank 0: {} docs, {:.2f}M tokens, {:.2f}M tok/s (x{} ranks) | elapsed {:.0f}s ETA {:.0f}s",
+        100 * frac, docs, tokens / 1e6, rate / 1e6, world_, el, eta);
+    if (tty_) {
+      std::fprintf(stdout, "\r%s\033[K%s", line.c_str(), final ? "\n" : "");
+    } else {
+      std::fprintf(stdout, "%s\n", line.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  bool on_, tty_ = false;
+  int64_t bytes_;
+  int world_;
+  std::chrono::steady_clock::time_point t0_, last_;
+};
+
+template <typename T>
+struct SplitTokens {
+  std::vector<T> train, val;
+  int64_t train_docs = 0, val_docs = 0;
+};
+
+template <typename T>
+void append_document(const Tokenizer& tok, std::string_view text, bool val, SplitTokens<T>& out,
+                     const std::string& path, int64_t offset, bool jsonl) {
+  const std::vector<int32_t> ids = tok.encode(text);
+  auto& dst = val ? out.val : out.train;
+  const int64_t vocab = tok.vocab_size();
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= vocab)
+      throw DataError(fmt::format("tokenizer '{}' produced id {} (vocabulary {}) for the document at {}{}",
+                                  tok.name(), id, vocab, path,
+                                  jsonl ? fmt::format(":{}", line_number(path, offset)) : ""));
+    dst.push_back(static_cast<T>(id));
+  }
+  dst.push_back(static_cast<T>(tok.eos_id()));  // EOS after every document
+  ++(val ? out.val_docs : out.train_docs);
+}
+
+template <typename T>
+SplitTokens<T> tokenize_range(const std::vector<InputFile>& files, int64_t lo, int64_t hi, const Tokenizer& tok,
+                              const PrepareOptions& opt, Progress& progress) {
+  SplitTokens<T> out;
+  auto bytes_done = [&](int64_t g) { return std::max<int64_t>(0, std::min(g, hi) - lo); };
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    const auto& f = files[fi];
+    const int64_t fend = f.start + f.size;
+    if (f.start >= hi) break;
+    if (fend <= lo) continue;
+    if (!f.jsonl) {
+      if (f.start < lo) continue;  // the document starts in another rank's range
+      std::ifstream in(f.path, std::ios::binary);
+      if (!in) throw DataError(fmt::format("cannot read input '{}'", f.path));
+      std::string text(static_cast<size_t>(f.size), '\0');
+      in.read(text.data(), f.size);
+      append_document(tok, text, goes_to_val(opt.split_seed, fi, 0, opt.val_fraction), out, f.path, 0, false);
+      progress.update(out.train_docs + out.val_docs, out.train.size() + out.val.size(), bytes_done(fend));
+      continue;
+    }
+    // JSONL: the lines that start in [a, b) of this file.
+    const int64_t a = std::max(lo, f.start) - f.start, b = std::min(hi, fend) - f.start;
+    std::ifstream in(f.path, std::ios::binary);
+    if (!in) throw DataError(fmt::format("cannot read input '{}'", f.path));
+    int64_t pos = a;
+    if (a > 0) {
+      in.seekg(a - 1);
+      char c = 0;
+      in.get(c);
+      if (c != '\n') {
+        std::string skip;
+        std::getline(in, skip);
+        pos = a + static_cast<int64_t>(skip.size()) + 1;
+      }
+    }
+    std::string line;
+    while (pos < b && std::getline(in, line)) {
+      const int64_t line_start = pos;
+      pos += static_cast<int64_t>(line.size()) + 1;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      std::string text;
+      try {
+        const auto j = nlohmann::json::parse(line);
+        if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+          throw DataError(fmt::format("{}:{}: JSONL line has no string field \"text\"", f.path,
+                                      line_number(f.path, line_start)));
+        text = j["text"].get<std::string>();
+      } catch (const nlohmann::json::exception& e) {
+        throw DataError(fmt::format("{}:{}: unreadable JSONL line ({})", f.path, line_number(f.path, line_start),
+                                    e.what()));
+      }
+      if (text.empty()) continue;
+      append_document(tok, text, goes_to_val(opt.split_seed, fi, line_start, opt.val_fraction), out, f.path,
+                      line_start, true);
+      progress.update(out.train_docs + out.val_docs, out.train.size() + out.val.size(),
+                      bytes_done(f.start + pos));
+    }
+  }
+  progress.update(out.train_docs + out.val_docs, out.train.size() + out.val.size(), hi - lo, true);
+  return out;
+}
+
+// Removes what an earlier run left (index first, so a half-rewritten directory
+// never looks complete), then creates the directory. Rank 0 only.
+void clear_output(const std::string& out_dir) {
+  fs::create_directories(out_dir);
+  fs::remove(fs::path(out_dir) / "index.json");
+  static const std::regex ours(R"((train|val)_\d{5}\.h5(\.tmp)?|index\.json\.tmp)");
+  for (const auto& e : fs::directory_iterator(out_dir))
+    if (std::regex_match(e.path().filename().string(), ours)) fs::remove(e.path());
+}
+
+// A DataError on some ranks becomes the same DataError on every rank (the lowest
+// failing rank's message), so no rank is left waiting in a collective.
+void agree_on_error(MPI_Comm comm, const std::string& local_error, bool failed) {
+  int rank = 0, world = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &world));
+  int mine = failed ? rank : world, first = world;
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == world) return;
+  int len = static_cast<int>(local_error.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm));
+  std::string msg = local_error;
+  msg.resize(static_cast<size_t>(len));
+  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, comm));
+  throw DataError(first == rank ? msg : fmt::format("{} (reported by rank {})", msg, first));
+}
+
+// Runs fn(); a DataError it throws on any rank is thrown on every rank.
+template <typename Fn>
+auto collectively(MPI_Comm comm, Fn&& fn) -> decltype(fn()) {
+  std::string err;
+  bool failed = false;
+  using R = decltype(fn());
+  R value{};
+  try {
+    value = fn();
+  } catch (const DataError& e) {
+    err = e.what();
+    failed = true;
+  }
+  agree_on_error(comm, err, failed);
+  return value;
+}
+
+template <typename T>
+PrepareResult write_all(MPI_Comm comm, const PrepareOptions& opt, SplitTokens<T>& tokens, const ShardMeta& meta,
+                        const std::vector<std::string>& sources, bool nanogpt) {
+  int rank = 0, world = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &world));
+  int64_t local[4] = {static_cast<int64_t>(tokens.train.size()), static_cast<int64_t>(tokens.val.size()),
+                      tokens.train_docs, tokens.val_docs};
+  int64_t offset[4] = {0, 0, 0, 0}, total[4] = {0, 0, 0, 0};
+  MPI_CHECK(MPI_Exscan(local, offset, 4, MPI_INT64_T, MPI_SUM, comm));
+  if (rank == 0) std::fill(offset, offset + 4, 0);  // MPI_Exscan leaves rank 0's result undefined
+  MPI_CHECK(MPI_Allreduce(local, total, 4, MPI_INT64_T, MPI_SUM, comm));
+  if (total[0] == 0)
+    throw DataError(fmt::format("empty input: no tokens for the train split from {} (no non-empty documents)",
+                                fmt::join(sources, ", ")));
+  if (total[1] == 0 && nanogpt)
+    throw DataError(fmt::format("nanoGPT import from '{}': val.bin holds no tokens", opt.from_nanogpt));
+  if (total[1] == 0 && opt.val_fraction > 0)
+    throw DataError(fmt::format("the val split is empty: none of the {} documents of {} fell into val with "
+                                "val_fraction={}; use more documents or a larger --val_fraction",
+                                total[2], fmt::join(sources, ", "), opt.val_fraction));
+
+  DataIndex index;
+  index.info.vocab_size = meta.vocab_size;
+  index.info.tokenizer = meta.tokenizer;
+  index.info.tokenizer_hash = meta.tokenizer_hash;
+  index.info.token_dtype = meta.dtype;
+  index.eos_id = meta.eos_id;
+  index.train_documents = total[2];
+  index.val_documents = total[3];
+  const auto train_counts =
+      write_split_shards(comm, opt.out_dir, "train", tokens.train, offset[0], total[0], opt.shard_tokens, meta);
+  std::vector<T>().swap(tokens.train);
+  const auto val_counts =
+      write_split_shards(comm, opt.out_dir, "val", tokens.val, offset[1], total[1], opt.shard_tokens, meta);
+  for (size_t i = 0; i < train_counts.size(); ++i)
+    index.train.push_back({shard_file_name("train", i), train_counts[i]});
+  for (size_t i = 0; i < val_counts.size(); ++i) index.val.push_back({shard_file_name("val", i), val_counts[i]});
+  // index.json last and by rename: it exists only when every shard is complete.
+  if (rank == 0) {
+    const fs::path tmp = fs::path(opt.out_dir) / "index.json.tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary);
+      out << data_index_json(index, sources);
+      if (!out) throw DataError(fmt::format("cannot write '{}'", tmp.string()));
+    }
+    fs::rename(tmp, fs::path(opt.out_dir) / "index.json");
+  }
+  MPI_CHECK(MPI_Barrier(comm));
+  PrepareResult r;
+  r.train_tokens = total[0];
+  r.val_tokens = total[1];
+  r.train_documents = total[2];
+  r.val_documents = total[3];
+  r.train_shards = static_cast<int64_t>(train_counts.size());
+  r.val_shards = static_cast<int64_t>(val_counts.size());
+  r.world_size = world;
+  return r;
+}
+
+// nanoGPT's <split>.bin: raw little-endian uint16; rank r reads its slice.
+std::vector<uint16_t> read_bin_slice(const std::string& path, int rank, int world, int64_t vocab,
+                                     int64_t* offset_out) {
+  if (!fs::is_regular_file(path)) throw DataError(fmt::format("nanoGPT file '{}' is missing", path));
+  const int64_t bytes = static_cast<int64_t>(fs::file_size(path));
+  if (bytes % 2 != 0)
+    throw DataError(fmt::format("nanoGPT file '{}' has {} bytes, not a whole number of uint16 tokens", path, bytes));
+  const int64_t n = bytes / 2;
+  const int64_t lo = n * rank / world, hi = n * (rank + 1) / world;
+  std::vector<uint16_t> v(static_cast<size_t>(hi - lo));
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(lo * 2);
+  in.read(reinterpret_cast<char*>(v.data()), (hi - lo) * 2);
+  if (!in) throw DataError(fmt::format("cannot read nanoGPT file '{}'", path));
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] >= vocab)
+      throw DataError(fmt::format("nanoGPT file '{}': token {} at index {} is >= vocab_size {} (wrong "
+                                  "--vocab_size, or not a uint16 token file)",
+                                  path, v[i], lo + static_cast<int64_t>(i), vocab));
+  *offset_out = lo;
+  return v;
+}
+
+}  // namespace
+
+PrepareResult prepare_data_on(const PrepareOptions& opt, MPI_Comm comm) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int rank = 0, world = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &world));
+  if (opt.out_dir.empty()) throw DataError("prepare: no output directory given (--out_dir)");
+  if (opt.shard_tokens <= 0)
+    throw DataError(fmt::format("shard_tokens={} must be positive", opt.shard_tokens));
+  if (!(opt.val_fraction >= 0.0 && opt.val_fraction < 1.0))
+    throw DataError(fmt::format("val_fraction={} must be in [0, 1)", opt.val_fraction));
+
+  PrepareResult result;
+  if (!opt.from_nanogpt.empty()) {
+    if (!opt.inputs.empty())
+      throw DataError("give either text inputs or --from_nanogpt, not both");
+    if (opt.vocab_size <= 0 || opt.vocab_size > 65536)
+      throw DataError(fmt::format("--from_nanogpt needs --vocab_size in [1, 65536] (the .bin files hold uint16 "
+                                  "ids), got {}", opt.vocab_size));
+    auto tokens = collectively(comm, [&] {
+      SplitTokens<uint16_t> t;
+      int64_t train_off = 0, val_off = 0;
+      t.train = read_bin_slice((fs::path(opt.from_nanogpt) / "train.bin").string(), rank, world, opt.vocab_size,
+                               &train_off);
+      t.val = read_bin_slice((fs::path(opt.from_nanogpt) / "val.bin").string(), rank, world, opt.vocab_size,
+                             &val_off);
+      return t;
+    });
+    if (rank == 0) clear_output(opt.out_dir);
+    MPI_CHECK(MPI_Barrier(comm));
+    // Document counts are unknown for a raw token stream (0 in the index); so is EOS.
+    ShardMeta meta{opt.vocab_size, -1, opt.tokenizer_name, "", "uint16"};
+    result = write_all(comm, opt, tokens, meta, {opt.from_nanogpt}, true);
+  } else {
+    if (opt.inputs.empty()) throw DataError("prepare: no inputs given (text files, directories or JSONL)");
+    const auto tok = make_tokenizer(opt.tokenizer);
+    const auto files = collectively(comm, [&] { return list_inputs(opt.inputs, opt.extensions); });
+    int64_t bytes = 0;
+    for (const auto& f : files) bytes += f.size;
+    const int64_t lo = bytes * rank / world, hi = bytes * (rank + 1) / world;
+    Progress progress(opt.progress && rank == 0, hi - lo, world);
+    if (rank == 0) clear_output(opt.out_dir);
+    MPI_CHECK(MPI_Barrier(comm));
+    ShardMeta meta{tok->vocab_size(), tok->eos_id(), tok->name(), tok->file_hash(),
+                   tok->vocab_size() <= 65536 ? "uint16" : "uint32"};
+    if (meta.dtype == "uint16") {
+      auto tokens = collectively(comm, [&] { return tokenize_range<uint16_t>(files, lo, hi, *tok, opt, progress); });
+      result = write_all(comm, opt, tokens, meta, opt.inputs, false);
+    } else {
+      auto tokens = collectively(comm, [&] { return tokenize_range<uint32_t>(files, lo, hi, *tok, opt, progress); });
+      result = write_all(comm, opt, tokens, meta, opt.inputs, false);
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace data
+
+PrepareResult prepare_data(const PrepareOptions& options, const Runtime& rt) {
+  return data::prepare_data_on(options, MPI_COMM_WORLD);
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,259 @@
+// HDF5 token shards: headers and the collective shard writer (docs/data-format.md).
+#include "data/shard_io.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/data/hdf5_mutex.hpp"
+
+namespace llmtrain {
+
+std::recursive_mutex& hdf5_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+namespace data {
+
+namespace fs = std::filesystem;
+
+H5Id& H5Id::operator=(H5Id&& o) noexcept {
+  if (this != &o) {
+    reset();
+    id_ = o.id_;
+    closer_ = o.closer_;
+    o.id_ = -1;
+  }
+  return *this;
+}
+
+void H5Id::reset() {
+  if (id_ >= 0 && closer_) closer_(id_);
+  id_ = -1;
+}
+
+std::string shard_file_name(const std::string& split, int64_t index) {
+  return fmt::format("{}_{:05d}.h5", split, index);
+}
+
+namespace {
+
+// HDF5 prints its error stack to stderr by default; H5_CHECK reports it instead.
+void quiet_hdf5_once() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+bool has_attr(hid_t obj, const char* name) { return H5_CHECK(H5Aexists(obj, name)) > 0; }
+
+int64_t read_int_attr(hid_t obj, const char* name, const std::string& path) {
+  if (!has_attr(obj, name))
+    throw DataError(fmt::format("shard '{}' has no attribute '{}' on dataset 'tokens' (not written by "
+                                "llmtrain-prepare? see docs/data-format.md)", path, name));
+  H5Id a(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  int64_t v = 0;
+  H5_CHECK(H5Aread(a, H5T_NATIVE_INT64, &v));
+  return v;
+}
+
+std::string read_string_attr(hid_t obj, const char* name, const std::string& path) {
+  if (!has_attr(obj, name))
+    throw DataError(fmt::format("shard '{}' has no attribute '{}' on dataset 'tokens' (not written by "
+                                "llmtrain-prepare? see docs/data-format.md)", path, name));
+  H5Id a(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  H5Id ftype(H5_CHECK(H5Aget_type(a)), H5Tclose);
+  if (H5_CHECK(H5Tget_class(ftype)) != H5T_STRING)
+    throw DataError(fmt::format("shard '{}': attribute '{}' is not a string", path, name));
+  if (H5_CHECK(H5Tis_variable_str(ftype)) > 0) {
+    H5Id mtype(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+    H5_CHECK(H5Tset_size(mtype, H5T_VARIABLE));
+    char* s = nullptr;
+    H5_CHECK(H5Aread(a, mtype, &s));
+    std::string out = s ? s : "";
+    H5free_memory(s);
+    return out;
+  }
+  const size_t n = H5Tget_size(ftype);
+  std::string buf(n + 1, '\0');
+  H5Id mtype(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  H5_CHECK(H5Tset_size(mtype, n + 1));
+  H5_CHECK(H5Tset_strpad(mtype, H5T_STR_NULLTERM));
+  H5_CHECK(H5Aread(a, mtype, buf.data()));
+  buf.resize(std::strlen(buf.c_str()));
+  return buf;
+}
+
+void write_int_attr(hid_t obj, const char* name, int64_t v) {
+  H5Id space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Id a(H5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5_CHECK(H5Awrite(a, H5T_NATIVE_INT64, &v));
+}
+
+// Fixed-length, NUL-terminated: no heap objects, so the bytes are deterministic.
+void write_string_attr(hid_t obj, const char* name, const std::string& v) {
+  H5Id space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Id type(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  H5_CHECK(H5Tset_size(type, v.size() + 1));
+  H5_CHECK(H5Tset_strpad(type, H5T_STR_NULLTERM));
+  H5Id a(H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5_CHECK(H5Awrite(a, type, v.c_str()));
+}
+
+}  // namespace
+
+H5Id make_mpio_fapl(MPI_Comm comm) {
+  quiet_hdf5_once();
+  H5Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  return fapl;
+}
+
+H5Id open_shard_file(const std::string& path, MPI_Comm comm) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  if (!fs::is_regular_file(path))
+    throw DataError(fmt::format("shard '{}' is missing (listed in the data directory's index.json); "
+                                "re-run llmtrain-prepare", path));
+  const htri_t is_h5 = H5Fis_hdf5(path.c_str());
+  if (is_h5 <= 0)
+    throw DataError(fmt::format("shard '{}' is not a readable HDF5 file (truncated or not written by "
+                                "llmtrain-prepare)", path));
+  H5Id fapl = make_mpio_fapl(comm);
+  try {
+    return H5Id(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl)), H5Fclose);
+  } catch (const Error& e) {
+    throw DataError(fmt::format("shard '{}' is not a readable HDF5 file (truncated or not written by "
+                                "llmtrain-prepare): {}", path, e.what()));
+  }
+}
+
+ShardHeader read_shard_header(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  H5Id file = open_shard_file(path, MPI_COMM_SELF);
+  if (H5_CHECK(H5Lexists(file, kTokensDataset, H5P_DEFAULT)) <= 0)
+    throw DataError(fmt::format("shard '{}' has no dataset '{}'", path, kTokensDataset));
+  H5Id dset(H5_CHECK(H5Dopen2(file, kTokensDataset, H5P_DEFAULT)), H5Dclose);
+  ShardHeader h;
+  h.path = path;
+  H5Id type(H5_CHECK(H5Dget_type(dset)), H5Tclose);
+  const size_t size = H5Tget_size(type);
+  const bool uint_ok = H5_CHECK(H5Tget_class(type)) == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_NONE &&
+                       (size == 2 || size == 4);
+  if (!uint_ok) {
+    const char* cls = H5Tget_class(type) == H5T_INTEGER ? (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int")
+                      : H5Tget_class(type) == H5T_FLOAT ? "float"
+                                                         : "non-integer";
+    throw DataError(fmt::format("shard '{}': dataset 'tokens' has type {}{}; expected uint16 or uint32", path,
+                                cls, size * 8));
+  }
+  h.dtype = size == 2 ? "uint16" : "uint32";
+  H5Id space(H5_CHECK(H5Dget_space(dset)), H5Sclose);
+  if (H5_CHECK(H5Sget_simple_extent_ndims(space)) != 1)
+    throw DataError(fmt::format("shard '{}': dataset 'tokens' must be 1-D", path));
+  hsize_t n = 0;
+  H5_CHECK(H5Sget_simple_extent_dims(space, &n, nullptr));
+  h.num_tokens = static_cast<int64_t>(n);
+  h.format_version = read_int_attr(dset, "format_version", path);
+  if (h.format_version != kFormatVersion)
+    throw DataError(fmt::format("shard '{}' has format_version {}; this llmtrain reads version {}", path,
+                                h.format_version, kFormatVersion));
+  h.vocab_size = read_int_attr(dset, "vocab_size", path);
+  h.eos_id = read_int_attr(dset, "eos_id", path);
+  h.shard_index = read_int_attr(dset, "shard_index", path);
+  const int64_t attr_n = read_int_attr(dset, "num_tokens", path);
+  if (attr_n != h.num_tokens)
+    throw DataError(fmt::format("shard '{}': attribute num_tokens = {} but the dataset holds {} tokens "
+                                "(incomplete write?)", path, attr_n, h.num_tokens));
+  h.tokenizer = read_string_attr(dset, "tokenizer", path);
+  h.tokenizer_hash = read_string_attr(dset, "tokenizer_hash", path);
+  h.split = read_string_attr(dset, "split", path);
+  return h;
+}
+
+template <typename T>
+std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_dir, const std::string& split,
+                                        const std::vector<T>& local, int64_t global_offset,
+                                        int64_t global_total, int64_t shard_tokens, const ShardMeta& meta) {
+  static_assert(std::is_same_v<T, uint16_t> || std::is_same_v<T, uint32_t>);
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const hid_t file_type = std::is_same_v<T, uint16_t> ? H5T_STD_U16LE : H5T_STD_U32LE;
+  const hid_t mem_type = std::is_same_v<T, uint16_t> ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32;
+  std::vector<int64_t> counts;
+  std::vector<std::string> names;
+  const int64_t nshards = (global_total + shard_tokens - 1) / shard_tokens;
+  const int64_t local_begin = global_offset, local_end = global_offset + static_cast<int64_t>(local.size());
+  for (int64_t s = 0; s < nshards; ++s) {
+    const int64_t begin = s * shard_tokens, end = std::min(global_total, begin + shard_tokens);
+    const int64_t n = end - begin;
+    const std::string name = shard_file_name(split, s);
+    const std::string tmp = (fs::path(out_dir) / (name + ".tmp")).string();
+
+    // Times off and fixed-size attributes: the file's bytes depend only on the tokens
+    // and the metadata, never on the clock or the number of ranks.
+    H5Id fcpl(H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+    H5_CHECK(H5Pset_obj_track_times(fcpl, false));
+    H5Id fapl = make_mpio_fapl(comm);
+    H5Id file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl)), H5Fclose);
+    const hsize_t dims = static_cast<hsize_t>(n);
+    H5Id fspace(H5_CHECK(H5Screate_simple(1, &dims, nullptr)), H5Sclose);
+    // Contiguous + early allocation: a window is one contiguous byte range on disk,
+    // and parallel HDF5 needs the space allocated at creation anyway.
+    H5Id dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+    H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
+    H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
+    H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
+    H5_CHECK(H5Pset_obj_track_times(dcpl, false));
+    H5Id dset(H5_CHECK(H5Dcreate2(file, kTokensDataset, file_type, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)),
+              H5Dclose);
+    // Attributes are metadata: every rank of `comm` writes the same values.
+    write_int_attr(dset, "format_version", kFormatVersion);
+    write_int_attr(dset, "vocab_size", meta.vocab_size);
+    write_int_attr(dset, "eos_id", meta.eos_id);
+    write_int_attr(dset, "num_tokens", n);
+    write_int_attr(dset, "shard_index", s);
+    write_string_attr(dset, "tokenizer", meta.tokenizer);
+    write_string_attr(dset, "tokenizer_hash", meta.tokenizer_hash);
+    write_string_attr(dset, "split", split);
+
+    // This rank's part of the shard, written independently in pieces of at most
+    // 2^28 tokens (MPI-IO counts are int).
+    const int64_t lo = std::max(begin, local_begin), hi = std::min(end, local_end);
+    for (int64_t p = lo; p < hi; p += (int64_t{1} << 28)) {
+      const int64_t q = std::min(hi, p + (int64_t{1} << 28));
+      const hsize_t start = static_cast<hsize_t>(p - begin), count = static_cast<hsize_t>(q - p);
+      H5Id sel(H5_CHECK(H5Scopy(fspace)), H5Sclose);
+      H5_CHECK(H5Sselect_hyperslab(sel, H5S_SELECT_SET, &start, nullptr, &count, nullptr));
+      H5Id mspace(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
+      H5_CHECK(H5Dwrite(dset, mem_type, mspace, sel, H5P_DEFAULT, local.data() + (p - local_begin)));
+    }
+    dset.reset();
+    file.reset();  // collective close: every rank's data is on disk after this
+    counts.push_back(n);
+    names.push_back(name);
+  }
+  MPI_CHECK(MPI_Barrier(comm));
+  if (rank == 0)
+    for (const auto& name : names)
+      fs::rename(fs::path(out_dir) / (name + ".tmp"), fs::path(out_dir) / name);
+  MPI_CHECK(MPI_Barrier(comm));
+  return counts;
+}
+
+template std::vector<int64_t> write_split_shards<uint16_t>(MPI_Comm, const std::string&, const std::string&,
+                                                           const std::vector<uint16_t>&, int64_t, int64_t,
+                                                           int64_t, const ShardMeta&);
+template std::vector<int64_t> write_split_shards<uint32_t>(MPI_Comm, const std::string&, const std::string&,
+                                                           const std::vector<uint32_t>&, int64_t, int64_t,
+                                                           int64_t, const ShardMeta&);
+
+}  // namespace data
+}  // namespace llmtrain

@@ -1,0 +1,152 @@
+// TokenLoader: windows match the shards, data order independent of world size,
+// prefetch workers change nothing, position/seek resumes exactly.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <nlohmann/json.hpp>
+
+#include "data_test_util.hpp"
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/data/loader.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace llmtrain;
+using namespace llmtrain::testing;
+
+namespace {
+
+// One prepared directory shared by the tests of this binary.
+const std::string& data_dir() {
+  static const std::string dir = [] {
+    const auto d = fresh_dir("loader_data");
+    PrepareOptions o;
+    o.inputs = write_corpus(d, 40);
+    o.out_dir = (d / "out").string();
+    o.val_fraction = 0.2;
+    o.shard_tokens = 9000;
+    prepare_world(o);
+    return o.out_dir;
+  }();
+  return dir;
+}
+
+Config small_config() {
+  Config c;
+  c.data_dir = data_dir();
+  c.batch_size = 3;
+  c.block_size = 64;
+  c.gradient_accumulation_steps = 2;
+  c.seed = 7;
+  c.use_dataloader = false;
+  return c;
+}
+
+bool same(const Batch& a, const Batch& b) { return torch::equal(a.x, b.x) && torch::equal(a.y, b.y); }
+
+}  // namespace
+
+TEST(DataLoader, WindowsAreTheSampledShardTokens) {
+  const Config c = small_config();
+  const auto j = nlohmann::json::parse(read_file(fs::path(c.data_dir) / "index.json"));
+  std::vector<std::vector<uint32_t>> shards;
+  std::vector<int64_t> prefix{0};
+  for (const auto& s : j["splits"]["train"]["shards"]) {
+    shards.push_back(read_shard_tokens((fs::path(c.data_dir) / s["file"].get<std::string>()).string()));
+    prefix.push_back(prefix.back() + std::max<int64_t>(0, static_cast<int64_t>(shards.back().size()) - c.block_size));
+  }
+  ASSERT_GE(shards.size(), 3u);
+  TokenLoader loader(c, 0, 1, "train", torch::kCPU);
+  const int64_t B = c.batch_size, T = c.block_size;
+  for (int64_t p = 0; p < 6; ++p) {
+    const Batch batch = loader.next();
+    ASSERT_EQ(batch.x.sizes(), (std::vector<int64_t>{B, T}));
+    ASSERT_EQ(batch.x.dtype(), torch::kInt64);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t k = (p % 2) * B + b;
+      const auto g = static_cast<int64_t>(sample_window_index(7, 0, p / 2, k, prefix.back()));
+      const size_t s = std::upper_bound(prefix.begin(), prefix.end(), g) - prefix.begin() - 1;
+      const int64_t off = g - prefix[s];
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(batch.x[b][t].item<int64_t>(), shards[s][off + t]) << "p=" << p << " b=" << b << " t=" << t;
+        ASSERT_EQ(batch.y[b][t].item<int64_t>(), shards[s][off + t + 1]);
+      }
+    }
+  }
+  EXPECT_EQ(loader.position(), 6);
+  EXPECT_EQ(loader.info().tokenizer, "byte");
+}
+
+TEST(DataLoader, SameGlobalBatchesOnEveryWorldSize) {
+  auto& rt = runtime();
+  const Config c = small_config();
+  const int64_t B = c.batch_size, T = c.block_size, A = c.gradient_accumulation_steps, W = rt.world_size();
+  TokenLoader loader(c, rt, "train", torch::kCPU);
+  // The same global batch on one rank: accumulate W*A micro-batches.
+  Config one = c;
+  one.gradient_accumulation_steps = A * W;
+  std::unique_ptr<TokenLoader> ref;
+  if (rt.rank() == 0) ref = std::make_unique<TokenLoader>(one, 0, 1, "train", torch::kCPU);
+  for (int iter = 0; iter < 4; ++iter) {
+    for (int64_t m = 0; m < A; ++m) {
+      const Batch mine = loader.next();  // (B, T)
+      auto gathered = torch::empty({W, B, T}, torch::kInt64);
+      MPI_Gather(mine.x.data_ptr<int64_t>(), B * T, MPI_INT64_T, gathered.data_ptr<int64_t>(), B * T,
+                 MPI_INT64_T, 0, MPI_COMM_WORLD);
+      if (rt.rank() != 0) continue;
+      // Rank r's micro-step m is micro-step r*A + m of the one-rank run.
+      std::vector<torch::Tensor> expected(W);
+      for (int64_t r = 0; r < W; ++r) {
+        ref->seek(iter * A * W + r * A + m);
+        expected[r] = ref->next().x;
+      }
+      for (int64_t r = 0; r < W; ++r)
+        EXPECT_TRUE(torch::equal(gathered[r], expected[r])) << "iter " << iter << " rank " << r << " micro " << m;
+    }
+  }
+  // Another stream is another sequence.
+  TokenLoader other(c, rt, "train", torch::kCPU, /*stream=*/1);
+  TokenLoader again(c, rt, "train", torch::kCPU, /*stream=*/0);
+  EXPECT_FALSE(torch::equal(other.next().x, again.next().x));
+}
+
+TEST(DataLoader, WorkersGiveExactlyTheSameBatches) {
+  auto& rt = runtime();
+  Config c = small_config();
+  TokenLoader plain(c, rt, "val", torch::kCPU);
+  c.use_dataloader = true;
+  c.dataloader_num_workers = 3;
+  c.dataloader_prefetch_factor = 2;
+  TokenLoader fast(c, rt, "val", torch::kCPU);
+  for (int i = 0; i < 25; ++i) ASSERT_TRUE(same(plain.next(), fast.next())) << "batch " << i;
+  // Seek while workers are running, backwards and forwards.
+  fast.seek(4);
+  plain.seek(4);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(same(plain.next(), fast.next())) << "after seek, batch " << i;
+  fast.seek(100);
+  plain.seek(100);
+  EXPECT_TRUE(same(plain.next(), fast.next()));
+  EXPECT_EQ(fast.position(), 101);
+}
+
+TEST(DataLoader, ResumeFromSavedPosition) {
+  auto& rt = runtime();
+  for (bool workers : {false, true}) {
+    Config c = small_config();
+    c.use_dataloader = workers;
+    TokenLoader first(c, rt, "train", torch::kCPU);
+    for (int i = 0; i < 7; ++i) first.next();
+    const int64_t saved = first.position();  // what a checkpoint stores
+    EXPECT_EQ(saved, 7);
+    std::vector<Batch> rest;
+    for (int i = 0; i < 5; ++i) rest.push_back(first.next());
+    TokenLoader resumed(c, rt, "train", torch::kCPU);
+    resumed.seek(saved);
+    for (int i = 0; i < 5; ++i) EXPECT_TRUE(same(rest[i], resumed.next())) << "workers=" << workers << " " << i;
+    // A different seed is a different order.
+    c.seed = 8;
+    TokenLoader other(c, rt, "train", torch::kCPU);
+    other.seek(saved);
+    EXPECT_FALSE(same(rest[0], other.next()));
+  }
+}

@@ -1,0 +1,218 @@
+// llmtrain-prepare's library side: HDF5 round trip, 1-rank vs N-rank byte
+// identity, nanoGPT import, and what an interrupted run leaves.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "data/prepare_comm.hpp"
+#include "data_test_util.hpp"
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/data/loader.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace llmtrain;
+using namespace llmtrain::testing;
+
+namespace {
+
+// Documents of the corpus in input order, read independently of prepare: sorted
+// text files (one document each), then the JSONL lines' "text".
+std::vector<std::string> corpus_documents(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir / "docs")) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> docs;
+  for (const auto& f : files) docs.push_back(read_file(f));
+  std::ifstream in(dir / "docs.jsonl");
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) docs.push_back(nlohmann::json::parse(line)["text"].get<std::string>());
+  return docs;
+}
+
+std::vector<uint32_t> split_tokens(const fs::path& out, const std::string& split) {
+  const auto j = nlohmann::json::parse(read_file(out / "index.json"));
+  std::vector<uint32_t> all;
+  for (const auto& s : j["splits"][split]["shards"]) {
+    const auto t = read_shard_tokens((out / s["file"].get<std::string>()).string());
+    EXPECT_EQ(static_cast<int64_t>(t.size()), s["tokens"].get<int64_t>());
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  return all;
+}
+
+// Byte tokenizer: a document is its bytes followed by EOS = 0.
+std::vector<std::string> split_at_eos(const std::vector<uint32_t>& toks) {
+  std::vector<std::string> docs;
+  std::string cur;
+  for (uint32_t t : toks) {
+    if (t == 0) {
+      docs.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(static_cast<char>(t));
+    }
+  }
+  EXPECT_TRUE(cur.empty()) << "token stream does not end with EOS";
+  return docs;
+}
+
+}  // namespace
+
+TEST(DataPrepare, RoundTripAllTrain) {
+  const auto dir = fresh_dir("prepare_roundtrip");
+  PrepareOptions o;
+  o.inputs = write_corpus(dir, 30);
+  o.out_dir = (dir / "out").string();
+  o.val_fraction = 0.0;
+  o.shard_tokens = 10000;
+  const auto r = prepare_world(o);
+  const auto docs = corpus_documents(dir);
+  int64_t expect_tokens = 0;
+  for (const auto& d : docs) expect_tokens += static_cast<int64_t>(d.size()) + 1;
+  EXPECT_EQ(r.train_tokens, expect_tokens);
+  EXPECT_EQ(r.train_documents, static_cast<int64_t>(docs.size()));
+  EXPECT_EQ(r.val_tokens, 0);
+  EXPECT_EQ(r.train_shards, (expect_tokens + 9999) / 10000);
+
+  const DataInfo info = read_data_info(o.out_dir);
+  EXPECT_EQ(info.vocab_size, 256);
+  EXPECT_EQ(info.tokenizer, "byte");
+  EXPECT_EQ(info.token_dtype, "uint16");
+  EXPECT_EQ(info.train_tokens, expect_tokens);
+  EXPECT_EQ(info.train_shards, r.train_shards);
+  EXPECT_TRUE(split_at_eos(split_tokens(o.out_dir, "train")) == docs);
+  for (const auto& e : fs::directory_iterator(o.out_dir))
+    EXPECT_EQ(e.path().extension(), e.path().filename() == "index.json" ? ".json" : ".h5") << e.path();
+}
+
+TEST(DataPrepare, ValSplitIsADocumentPartition) {
+  const auto dir = fresh_dir("prepare_split");
+  PrepareOptions o;
+  o.inputs = write_corpus(dir, 40);
+  o.out_dir = (dir / "out").string();
+  o.val_fraction = 0.25;
+  o.shard_tokens = 7000;
+  const auto r = prepare_world(o);
+  const auto docs = corpus_documents(dir);
+  const auto train = split_at_eos(split_tokens(o.out_dir, "train"));
+  const auto val = split_at_eos(split_tokens(o.out_dir, "val"));
+  EXPECT_EQ(r.train_documents, static_cast<int64_t>(train.size()));
+  EXPECT_EQ(r.val_documents, static_cast<int64_t>(val.size()));
+  ASSERT_EQ(train.size() + val.size(), docs.size());
+  EXPECT_GT(val.size(), docs.size() / 10);
+  EXPECT_LT(val.size(), docs.size() / 2);
+  // Each split keeps input order: the documents are an interleaving of the two.
+  size_t ti = 0, vi = 0;
+  for (const auto& d : docs) {
+    if (ti < train.size() && train[ti] == d) {
+      ++ti;
+    } else {
+      ASSERT_LT(vi, val.size());
+      ASSERT_EQ(val[vi], d);
+      ++vi;
+    }
+  }
+}
+
+TEST(DataPrepare, OutputIsByteIdenticalForOneAndAllRanks) {
+  auto& rt = runtime();
+  const auto dir = fresh_dir("prepare_identical");
+  PrepareOptions o;
+  o.inputs = write_corpus(dir, 50);
+  o.val_fraction = 0.2;
+  o.shard_tokens = 12345;  // shard boundaries fall inside documents and rank ranges
+  o.progress = false;
+  o.out_dir = (dir / "world").string();
+  data::prepare_data_on(o, MPI_COMM_WORLD);
+  MPI_Comm self_comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rt.rank() == 0 ? 0 : MPI_UNDEFINED, 0, &self_comm);
+  if (rt.rank() == 0) {
+    o.out_dir = (dir / "one").string();
+    data::prepare_data_on(o, self_comm);
+    MPI_Comm_free(&self_comm);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir / "one")) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_GT(names.size(), 5u);
+    for (const auto& n : names) {
+      ASSERT_TRUE(fs::exists(dir / "world" / n)) << n;
+      EXPECT_TRUE(read_file(dir / "one" / n) == read_file(dir / "world" / n))
+          << n << " differs between 1 rank and " << rt.world_size() << " ranks";
+    }
+    size_t world_files = std::distance(fs::directory_iterator(dir / "world"), fs::directory_iterator());
+    EXPECT_EQ(world_files, names.size());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(DataPrepare, NanogptImportRoundTrip) {
+  const auto dir = fresh_dir("prepare_nanogpt");
+  std::vector<uint16_t> train(30011), val(4999);
+  for (size_t i = 0; i < train.size(); ++i) train[i] = static_cast<uint16_t>((i * 7919) % 50257);
+  for (size_t i = 0; i < val.size(); ++i) val[i] = static_cast<uint16_t>((i * 104729) % 50257);
+  if (runtime().rank() == 0) {
+    fs::create_directories(dir / "bin");
+    std::ofstream(dir / "bin" / "train.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(train.data()), train.size() * 2);
+    std::ofstream(dir / "bin" / "val.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(val.data()), val.size() * 2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  PrepareOptions o;
+  o.from_nanogpt = (dir / "bin").string();
+  o.vocab_size = 50257;
+  o.tokenizer_name = "gpt2";
+  o.shard_tokens = 8192;
+  o.out_dir = (dir / "out").string();
+  const auto r = prepare_world(o);
+  EXPECT_EQ(r.train_tokens, 30011);
+  EXPECT_EQ(r.val_tokens, 4999);
+  const auto info = read_data_info(o.out_dir);
+  EXPECT_EQ(info.tokenizer, "gpt2");
+  EXPECT_EQ(info.vocab_size, 50257);
+  EXPECT_EQ(info.train_shards, 4);
+  const auto t = split_tokens(o.out_dir, "train"), v = split_tokens(o.out_dir, "val");
+  EXPECT_TRUE(std::equal(t.begin(), t.end(), train.begin(), train.end()));
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), val.begin(), val.end()));
+
+  // Too small a vocabulary: caught at prepare time, naming the file.
+  o.vocab_size = 1000;
+  o.out_dir = (dir / "bad").string();
+  try {
+    prepare_world(o);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("train.bin"), std::string::npos) << m;
+    EXPECT_NE(m.find(">= vocab_size 1000"), std::string::npos) << m;
+  }
+}
+
+TEST(DataPrepare, FailedRunLeavesNothingThatLooksComplete) {
+  const auto dir = fresh_dir("prepare_interrupted");
+  PrepareOptions o;
+  o.inputs = write_corpus(dir, 10);
+  o.out_dir = (dir / "out").string();
+  o.shard_tokens = 5000;
+  prepare_world(o);
+  EXPECT_NO_THROW(read_data_info(o.out_dir));
+  // A rerun into the same directory that fails half-way (a bad JSONL line at the
+  // end) must not leave the old index pointing at a mix of old and new shards.
+  if (runtime().rank() == 0) std::ofstream(dir / "docs.jsonl", std::ios::app) << "{\"text\": 12}\n";
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_THROW(prepare_world(o), DataError);
+  try {
+    read_data_info(o.out_dir);
+    FAIL() << "a failed run left a readable data directory";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("no index.json"), std::string::npos) << e.what();
+  }
+  for (const auto& e : fs::directory_iterator(o.out_dir))
+    EXPECT_NE(e.path().extension(), ".h5") << "stale shard " << e.path();
+}
