@@ -31,9 +31,11 @@ for b in llmtrain llmtrain-prepare llmtrain-report; do
   [[ -x "$bin/$b" ]] || fail "$bin/$b not built (cmake --build $build --target $b-bin / $b)"
 done
 
+cluster=$work/cluster
+# A run killed hard (CTest timeout) cannot run its trap: stop what it left.
+[[ -d "$cluster" ]] && "$src/scripts/slurm-local.sh" stop "$cluster" >/dev/null 2>&1
 rm -rf "$work"
 mkdir -p "$work/logs"
-cluster=$work/cluster
 
 "$src/scripts/slurm-local.sh" start "$cluster" --cpus 2 --gpus 8
 rc=$?
