@@ -169,6 +169,11 @@ int run_main(int argc, char** argv, const std::function<int(Runtime&)>& body) {
     const int code = body(*rt);
     rt.reset();
     return code;
+  } catch (const c10::Error& e) {
+    // LibTorch's own message, without its C++ backtrace of library frames.
+    log::write_err_all(fmt::format("error: {}", e.what_without_backtrace()));
+    if (rt && rt->world_size() > 1) Runtime::abort(1);
+    return 1;
   } catch (const std::exception& e) {
     log::write_err_all(fmt::format("error: {}", e.what()));
     if (rt && rt->world_size() > 1) Runtime::abort(1);

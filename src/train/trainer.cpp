@@ -62,8 +62,10 @@ struct Trainer::Impl {
     // 1. device and precision
     device = rt.setup_device(cfg);
     dtype = compute_dtype(cfg.dtype, device);
-    // 2. data: the index tells the vocabulary
+    // 2. data: the index tells the vocabulary; the loader checks block_size against
+    //    the shards before anything large is allocated
     data = read_data_info(cfg.data_dir);
+    train_loader = std::make_unique<TokenLoader>(cfg, rt, "train", device, /*stream=*/0);
     // 3. model, initialized identically on every rank from the seed
     mcfg = ModelConfig::from_config(cfg, data.vocab_size);
     if (mcfg.vocab_size < data.vocab_size)
@@ -76,9 +78,7 @@ struct Trainer::Impl {
     // 4. parallelism, applied from outside the model
     comm = make_collectives(rt, device);
     strategy = make_strategy(cfg, model, *comm);
-    // 5. loaders
-    train_loader = std::make_unique<TokenLoader>(cfg, rt, "train", device, /*stream=*/0);
-    // 6. metrics and the run log (rank 0 writes)
+    // 5. metrics and the run log (rank 0 writes)
     MetricsSetup setup;
     setup.flops_per_token = mcfg.flops_per_token();
     setup.flops_per_token_6n = mcfg.flops_per_token_6n();
@@ -110,21 +110,24 @@ struct Trainer::Impl {
     return out;
   }
 
-  // Mean loss over eval_iters micro-batches of `split`, averaged over ranks. The
-  // evaluation stream restarts at position 0 each time: every evaluation of a run
-  // sees the same batches, so the numbers are comparable.
+  // Mean loss over eval_iters global batches of `split` (each rank: eval_iters x
+  // accum micro-batches), averaged over ranks: the same samples for every world
+  // size and accumulation split of the same global batch. The evaluation stream
+  // restarts at position 0 each time, so every evaluation of a run sees the same
+  // batches and the numbers are comparable.
   double evaluate(const std::string& split) {
     torch::NoGradGuard no_grad;
     model->eval();
     TokenLoader loader(cfg, rt, split, device, /*stream=*/1);
+    const int64_t n = cfg.eval_iters * cfg.gradient_accumulation_steps;
     double sum = 0;
-    for (int64_t i = 0; i < cfg.eval_iters; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       Batch b = loader.next();
       AutocastGuard autocast(device, dtype);
       sum += model->loss(b.x, b.y).item<double>();
     }
     model->train();
-    return mean_over_ranks(sum / static_cast<double>(cfg.eval_iters), rt.world_size());
+    return mean_over_ranks(sum / static_cast<double>(n), rt.world_size());
   }
 
   // ---- TRAINING STEP BEGIN ----
