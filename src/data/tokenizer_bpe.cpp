@@ -155,6 +155,8 @@ void ByteLevelBpe::encode_word(std::string_view word, std::vector<int32_t>& out)
     return;
   }
   thread_local std::unordered_map<uint64_t, WordCache> caches;
+  // Caches of destroyed tokenizers cannot be reached from here: bound their number.
+  if (caches.size() >= 8 && caches.count(serial_) == 0) caches.clear();
   auto& cache = caches[serial_].map;
   std::string key(word);
   auto it = cache.find(key);

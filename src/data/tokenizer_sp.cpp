@@ -197,6 +197,8 @@ std::vector<int32_t> SentencePieceBpe::encode(std::string_view raw) const {
     return out;
   }
   thread_local std::unordered_map<uint64_t, std::unordered_map<std::string, std::vector<int32_t>>> caches;
+  // Caches of destroyed tokenizers cannot be reached from here: bound their number.
+  if (caches.size() >= 8 && caches.count(serial_) == 0) caches.clear();
   auto& cache = caches[serial_];
   if (cache.size() > (1u << 18)) cache.clear();
   // Segments start at a "▁" that follows something else.
