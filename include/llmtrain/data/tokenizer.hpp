@@ -24,8 +24,12 @@ class Tokenizer {
 
 // Builds a tokenizer from a spec:
 //   "byte"                       UTF-8 bytes, vocab 256 (EOS = 0, i.e. the NUL byte)
-//   further kinds are added by the tokenizer work (tokenizer.json, tiktoken ranks,
-//   LLaMA-2 SentencePiece) as "<kind>:<path>".
+//   "gpt2" "llama3" "qwen3" "llama2"   the pinned npm files under third_party/npm
+//                                (tests/tokenizer/fetch-packages.sh; docs/tokenizers.md)
+//   "tokenizer_json:<path>"      HF byte-level BPE tokenizer.json (name from the file)
+//   "tiktoken:<path>"            js-tiktoken ranks (.cjs/.js)
+//   "llama2_js:<path>"           llama-tokenizer-js's llama-tokenizer.js (LLaMA-2)
+// encode() is thread-safe.
 // Throws DataError naming the spec when it cannot be built.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 
