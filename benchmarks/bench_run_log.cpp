@@ -1,0 +1,56 @@
+// Cost of keeping the run log current: serializing one iteration record
+// (add_iteration, every iteration) and rewriting the whole file atomically
+// (flush, at most every 10 s) for logs of n records. Backs docs/run-log.md's
+// choice of a time floor over a rewrite per iteration.
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+
+#include "llmtrain/train/metrics.hpp"
+#include "llmtrain/train/run_log.hpp"
+
+namespace {
+
+nlohmann::json sample_record(int64_t iter) {
+  llmtrain::MetricsSetup s;
+  s.flops_per_token = 8341291008.0;
+  s.num_devices = 8;
+  s.peak = llmtrain::resolve_peak("NVIDIA B200", "bfloat16", 0.0);
+  auto m = llmtrain::compute_iteration_metrics(s, iter, 1.048576, 1048576);
+  m.loss = 3.21;
+  m.lr = 6e-4;
+  m.grad_norm = 0.9;
+  m.phase_ms = {12.0, 900.0, 30.0, 50.0};
+  m.other_ms = m.dt_ms - 992.0;
+  return m.to_json();
+}
+
+std::string bench_dir() {
+  auto d = std::filesystem::temp_directory_path() / "llmtrain-bench-run-log";
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+void BM_RunLogAddIteration(benchmark::State& state) {
+  llmtrain::RunLog log(bench_dir(), true);
+  const auto rec = sample_record(1);
+  for (auto _ : state) log.add_iteration(rec);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_RunLogAddIteration);
+
+void BM_RunLogFlush(benchmark::State& state) {
+  llmtrain::RunLog log(bench_dir(), true);
+  log.set_startup_info({{"config", {{"batch_size", 16}}}});
+  for (int64_t i = 0; i < state.range(0); ++i) log.add_iteration(sample_record(i));
+  for (auto _ : state) log.flush(/*force=*/true);
+  const auto bytes = std::filesystem::file_size(log.path());
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  state.counters["file_MB"] = static_cast<double>(bytes) / 1e6;
+  std::filesystem::remove(log.path());
+}
+BENCHMARK(BM_RunLogFlush)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
