@@ -211,15 +211,31 @@ llmtrain_run_variants() {
   for v in "$@"; do
     llmtrain_run "$v" "$prefix$v" || failed+=("$v")
   done
-  llmtrain_summary_hint
+  llmtrain_report
   if ((${#failed[@]})); then
     llmtrain_log "failed variants: ${failed[*]}"
     return 1
   fi
 }
 
-llmtrain_summary_hint() {
-  llmtrain_log "run logs under $OUT_DIR; compare with: $LLMTRAIN_BIN/llmtrain-report $OUT_DIR"
+# llmtrain_report: the comparison table of this job's runs (llmtrain-report over
+# every run_*.json under $OUT_DIR) at the end of the job output. Informational:
+# never changes the job's exit status.
+llmtrain_report() {
+  local -a logs=()
+  mapfile -t logs < <(find "$OUT_DIR" -name 'run_*.json' -type f 2>/dev/null | sort)
+  if ((${#logs[@]} == 0)); then
+    llmtrain_log "no run logs under $OUT_DIR"
+    return 0
+  fi
+  if [[ -x "$LLMTRAIN_BIN/llmtrain-report" ]]; then
+    llmtrain_log "llmtrain-report over ${#logs[@]} run log(s) under $OUT_DIR:"
+    "$LLMTRAIN_BIN/llmtrain-report" "${logs[@]}" ||
+      llmtrain_log "llmtrain-report exited $? (3 = a log failed the self-check: its figures are not results)"
+  else
+    llmtrain_log "run logs under $OUT_DIR (no llmtrain-report in $LLMTRAIN_BIN to tabulate them)"
+  fi
+  return 0
 }
 
 # llmtrain_header: checks MODEL (templates set its default after sourcing this
