@@ -1,6 +1,7 @@
 // llmtrain-prepare: text / JSONL / nanoGPT .bin -> HDF5 token shards + index.json.
 // An MPI program: `mpirun -np N llmtrain-prepare ...` tokenizes on N ranks; the
 // output is byte-identical for any N (docs/data-format.md).
+#include <algorithm>
 #include <iostream>
 
 #include <boost/program_options.hpp>
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   return llmtrain::run_main(argc, argv, [&](llmtrain::Runtime& rt) {
     llmtrain::PrepareOptions o;
     bool no_progress = false;
+    std::string exts;
     po::options_description flags(
         "usage: llmtrain-prepare [options] --out_dir DIR INPUT...\n"
         "       llmtrain-prepare [options] --out_dir DIR --from_nanogpt DIR --vocab_size N\n"
@@ -26,8 +28,9 @@ int main(int argc, char** argv) {
     flags.add_options()
         ("help,h", "print this help")
         ("out_dir,o", po::value(&o.out_dir), "output directory (created; earlier shards and index there are replaced)")
-        ("ext", po::value(&o.extensions)->multitoken(),
-         "take only files with these extensions from input directories (e.g. --ext .txt); default: all")
+        ("ext", po::value(&exts),
+         "take only files with these extensions from input directories, comma-separated (e.g. --ext .txt,.md); "
+         "default: all")
         ("tokenizer", po::value(&o.tokenizer)->default_value(o.tokenizer), "tokenizer spec: byte | <kind>:<file>")
         ("val_fraction", po::value(&o.val_fraction)->default_value(o.val_fraction),
          "share of documents for the val split (chosen by a hash of each document's position)")
@@ -56,6 +59,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     o.progress = !no_progress;
+    for (size_t a = 0; a < exts.size();) {
+      const size_t b = std::min(exts.find(',', a), exts.size());
+      if (b > a) o.extensions.push_back(exts.substr(a, b - a));
+      a = b + 1;
+    }
     const auto r = llmtrain::prepare_data(o, rt);
     llmtrain::log::info(
         "prepared {}: train {} tokens ({} documents, {} shards), val {} tokens ({} documents, {} shards) in "
