@@ -44,6 +44,7 @@ class DdpStrategy final : public Strategy {
   DdpStrategy(const Config& c, const ParamGroups& g, Collectives& comm)
       : comm_(comm),
         params_(g.params),
+        // Rank 0's values reach every rank before the buckets copy them.
         buckets_((broadcast_params(g.params, comm), g.params), decay_flags(g), bucket_bytes(c), comm,
                  GradBuckets::Reduce::allreduce, /*flatten_params=*/false) {
     const auto decay = decay_flags(g);
@@ -137,7 +138,9 @@ class Zero1Strategy final : public Strategy {
       const double n = b.grad_shard.norm().item<double>();
       sq += n * n;
     }
-    auto t = torch::tensor({sq}, torch::kDouble);
+    // On the buckets' device: NCCL reduces device memory only.
+    const auto device = buckets_.buckets().empty() ? torch::Device(torch::kCPU) : buckets_.buckets()[0].grad.device();
+    auto t = torch::tensor({sq}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
     comm_.allreduce_sum(t);
     return std::sqrt(t.item<double>());
   }
