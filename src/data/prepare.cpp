@@ -26,6 +26,7 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/data/tokenizer.hpp"
 #include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/train/progress.hpp"
 
 namespace llmtrain {
 
@@ -106,7 +107,11 @@ int64_t line_number(const std::string& path, int64_t offset) {
 class Progress {
  public:
   Progress(bool on, int64_t bytes, int world) : on_(on), bytes_(std::max<int64_t>(bytes, 1)), world_(world) {
-    tty_ = on_ && isatty(fileno(stdout));
+    // The trainer's rule (mpirun gives ranks a pty even when the output is a file;
+    // LLMTRAIN_PROGRESS overrides): redraw in place only on a real terminal.
+    const auto mode = ProgressBar::detect_mode();
+    on_ = on_ && mode != ProgressBar::Mode::off;
+    tty_ = on_ && mode == ProgressBar::Mode::terminal;
     t0_ = last_ = std::chrono::steady_clock::now();
   }
   void update(int64_t docs, int64_t tokens, int64_t bytes_done, bool final = false) {

@@ -152,6 +152,20 @@ std::string Runtime::device_name() const {
   return "cpu (" + cpu_model() + ")";
 }
 
+std::vector<std::string> Runtime::all_device_names() const {
+  const std::string mine = device_name();
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(world_size_), offsets(world_size_, 0);
+  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  for (int r = 1; r < world_size_; ++r) offsets[r] = offsets[r - 1] + lens[r - 1];
+  std::string all(static_cast<size_t>(offsets.back() + lens.back()), '\0');
+  MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR,
+                           MPI_COMM_WORLD));
+  std::vector<std::string> names;
+  for (int r = 0; r < world_size_; ++r) names.push_back(all.substr(offsets[r], lens[r]));
+  return names;
+}
+
 void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
 void Runtime::abort(int code) {

@@ -54,3 +54,10 @@ TEST(Runtime, CheckMacrosNameCallFileAndRank) {
     EXPECT_NE(m.find("rank " + std::to_string(runtime().rank())), std::string::npos) << m;
   }
 }
+
+TEST(Runtime, DeviceNamesOfEveryRank) {
+  auto& rt = runtime();
+  const auto names = rt.all_device_names();
+  ASSERT_EQ(static_cast<int>(names.size()), rt.world_size());
+  for (const auto& n : names) EXPECT_EQ(n, rt.device_name());  // one CPU node in CTest
+}

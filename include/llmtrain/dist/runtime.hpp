@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -35,6 +36,8 @@ class Runtime {
   torch::Device device() const { return device_; }
   int num_threads() const { return num_threads_; }
   std::string device_name() const;  // "cpu (AMD EPYC ...)" or the GPU name
+  // device_name() of every rank, in rank order (collective: every rank calls it).
+  std::vector<std::string> all_device_names() const;
 
   void barrier() const;
   // Ends every rank of the job with `code` (MPI_Abort); used after an error.
