@@ -62,10 +62,7 @@ class ByteLevelBpe final : public Tokenizer {
   bool ignore_merges_ = false;
   std::unordered_map<std::string, int32_t> vocab_;  // raw bytes -> id
   std::array<int32_t, 256> byte_id_{};
-  struct Merge {
-    int32_t rank, id;
-  };
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
+  BpeMerges merges_;
   std::vector<PreStage> stages_;
   std::vector<AddedToken> added_;
   std::array<std::vector<int>, 256> added_by_first_;  // indices into added_, longest first
@@ -79,7 +76,6 @@ class ByteLevelBpe final : public Tokenizer {
   void bpe(std::string_view word, std::vector<int32_t>& out) const;
 };
 
-static uint64_t pair_key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
 
 void ByteLevelBpe::index_added() {
   for (auto& v : added_by_first_) v.clear();
@@ -101,46 +97,11 @@ void ByteLevelBpe::check_bytes() {
   }
 }
 
-// Ranked merging over a linked list of symbols with a min-heap of candidate pairs
-// keyed (rank, start byte): the same order as transformers.js (rank + pos/len)
-// and tiktoken's rank-min loop. Stale heap entries are skipped when popped.
+// A pre-token word's bytes -> symbols -> ranked merges (bpe_merge).
 void ByteLevelBpe::bpe(std::string_view word, std::vector<int32_t>& out) const {
-  const int n = static_cast<int>(word.size());
-  std::vector<int32_t> id(n);
-  std::vector<int> next(n), prev(n);
-  for (int i = 0; i < n; ++i) {
-    id[i] = byte_id_[static_cast<unsigned char>(word[i])];
-    next[i] = i + 1 < n ? i + 1 : -1;
-    prev[i] = i - 1;
-  }
-  struct Cand {
-    int32_t rank;
-    int pos, right;
-    int32_t left_id, right_id;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
-  auto push = [&](int p) {
-    int q = next[p];
-    if (q < 0) return;
-    auto it = merges_.find(pair_key(id[p], id[q]));
-    if (it != merges_.end()) heap.push({it->second.rank, p, q, id[p], id[q]});
-  };
-  for (int i = 0; i + 1 < n; ++i) push(i);
-  while (!heap.empty()) {
-    Cand c = heap.top();
-    heap.pop();
-    // Still valid: both symbols alive, adjacent, unchanged (id[] of a merged-away
-    // symbol is set to -1).
-    if (id[c.pos] != c.left_id || next[c.pos] != c.right || id[c.right] != c.right_id) continue;
-    id[c.pos] = merges_.find(pair_key(c.left_id, c.right_id))->second.id;
-    id[c.right] = -1;
-    next[c.pos] = next[c.right];
-    if (next[c.pos] >= 0) prev[next[c.pos]] = c.pos;
-    if (prev[c.pos] >= 0) push(prev[c.pos]);
-    push(c.pos);
-  }
-  for (int i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
+  std::vector<int32_t> id(word.size());
+  for (size_t i = 0; i < word.size(); ++i) id[i] = byte_id_[static_cast<unsigned char>(word[i])];
+  bpe_merge(std::move(id), merges_, out);
 }
 
 // Per-thread word cache: encode() is const and may run on many threads at once.

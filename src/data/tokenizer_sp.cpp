@@ -21,7 +21,6 @@
 namespace llmtrain::tok {
 namespace {
 
-uint64_t pair_key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
 
 class SentencePieceBpe final : public Tokenizer {
  public:
@@ -38,10 +37,7 @@ class SentencePieceBpe final : public Tokenizer {
   std::unordered_map<std::string, int32_t> by_piece_;  // piece -> id (the last id wins, as in the JS Map)
   std::unordered_map<char32_t, int32_t> by_char_;      // single code point pieces
   std::array<int32_t, 256> byte_id_{};                 // <0xNN>
-  struct Merge {
-    int32_t rank, id;
-  };
-  std::unordered_map<uint64_t, Merge> merges_;
+  BpeMerges merges_;
   int32_t eos_ = -1;
   // True when every piece is a run of "▁" followed by no further "▁": then no
   // merge can join a non-"▁" symbol to a following "▁", the text splits into
@@ -143,41 +139,7 @@ void SentencePieceBpe::bpe(std::string_view text, std::vector<int32_t>& out) con
       for (size_t k = start; k < i; ++k) id.push_back(byte_id_[static_cast<unsigned char>(text[k])]);
     }
   }
-  const int n = static_cast<int>(id.size());
-  std::vector<int> next(n), prev(n);
-  for (int i = 0; i < n; ++i) {
-    next[i] = i + 1 < n ? i + 1 : -1;
-    prev[i] = i - 1;
-  }
-  // Min-heap of candidate merges keyed (rank, position); stale entries are skipped.
-  struct Cand {
-    int32_t rank;
-    int pos, right;
-    int32_t left_id, right_id;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-  std::vector<Cand> storage;
-  storage.reserve(n);
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap(std::greater<Cand>(), std::move(storage));
-  auto push = [&](int p) {
-    int q = next[p];
-    if (q < 0) return;
-    auto it = merges_.find(pair_key(id[p], id[q]));
-    if (it != merges_.end()) heap.push({it->second.rank, p, q, id[p], id[q]});
-  };
-  for (int i = 0; i + 1 < n; ++i) push(i);
-  while (!heap.empty()) {
-    Cand c = heap.top();
-    heap.pop();
-    if (id[c.pos] != c.left_id || next[c.pos] != c.right || id[c.right] != c.right_id) continue;
-    id[c.pos] = merges_.find(pair_key(c.left_id, c.right_id))->second.id;
-    id[c.right] = -1;
-    next[c.pos] = next[c.right];
-    if (next[c.pos] >= 0) prev[next[c.pos]] = c.pos;
-    if (prev[c.pos] >= 0) push(prev[c.pos]);
-    push(c.pos);
-  }
-  for (int i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
+  bpe_merge(std::move(id), merges_, out);
 }
 
 std::vector<int32_t> SentencePieceBpe::encode(std::string_view raw) const {

@@ -3,6 +3,7 @@
 #include "data/tokenizer_util.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <queue>
 #include <pcre2.h>
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <queue>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -396,6 +398,46 @@ std::string npm_dir() {
     }
   }
   return "";
+}
+
+void bpe_merge(std::vector<int32_t> id, const BpeMerges& merges, std::vector<int32_t>& out) {
+  const int n = static_cast<int>(id.size());
+  if (n == 0) return;
+  std::vector<int> next(n), prev(n);
+  for (int i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? i + 1 : -1;
+    prev[i] = i - 1;
+  }
+  struct Cand {
+    int32_t rank;
+    int pos, right;
+    int32_t left_id, right_id;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<Cand> storage;
+  storage.reserve(n);
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap(std::greater<Cand>(), std::move(storage));
+  auto push = [&](int p) {
+    const int q = next[p];
+    if (q < 0) return;
+    auto it = merges.find(pair_key(id[p], id[q]));
+    if (it != merges.end()) heap.push({it->second.rank, p, q, id[p], id[q]});
+  };
+  for (int i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Cand c = heap.top();
+    heap.pop();
+    // Still valid: both symbols alive, adjacent, unchanged (id[] of a merged-away
+    // symbol is set to -1).
+    if (id[c.pos] != c.left_id || next[c.pos] != c.right || id[c.right] != c.right_id) continue;
+    id[c.pos] = merges.find(pair_key(c.left_id, c.right_id))->second.id;
+    id[c.right] = -1;
+    next[c.pos] = next[c.right];
+    if (next[c.pos] >= 0) prev[next[c.pos]] = c.pos;
+    if (prev[c.pos] >= 0) push(prev[c.pos]);
+    push(c.pos);
+  }
+  for (int i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
 }
 
 }  // namespace llmtrain::tok

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "llmtrain/data/tokenizer.hpp"
@@ -74,5 +75,18 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& spec, const std
                                               const std::string& arg);
 std::unique_ptr<Tokenizer> make_sp_tokenizer(const std::string& spec, const std::string& kind,
                                              const std::string& arg);
+
+// BPE merges of both tokenizer families: (left id, right id) -> (rank, merged id).
+struct BpeMerge {
+  int32_t rank, id;
+};
+using BpeMerges = std::unordered_map<uint64_t, BpeMerge>;
+inline uint64_t pair_key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
+
+// Ranked merging of the symbols `id` (consumed) over a linked list, with a min-heap
+// of candidate pairs keyed (rank, position): the lowest rank merges first, ties go
+// to the leftmost pair (transformers.js, tiktoken and llama-tokenizer-js agree).
+// Stale heap entries are skipped when popped. Appends the final ids to `out`.
+void bpe_merge(std::vector<int32_t> id, const BpeMerges& merges, std::vector<int32_t>& out);
 
 }  // namespace llmtrain::tok
