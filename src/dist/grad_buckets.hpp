@@ -65,6 +65,7 @@ class GradBuckets {
   void zero();
 
   std::vector<Bucket>& buckets() { return buckets_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<Slot>& slots() const { return slots_; }
   int64_t shard_numel(const Bucket& b) const { return b.numel / comm_.world_size(); }
   int64_t shard_begin(const Bucket& b) const { return shard_numel(b) * comm_.rank(); }

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "dist/adamw_flat.hpp"
+#include "dist/fsdp.hpp"
 #include "dist/grad_buckets.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
@@ -88,6 +89,12 @@ class DdpStrategy final : public Strategy {
 
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return state_bytes_; }
+  int64_t persistent_state_bytes() const override {
+    int64_t b = state_bytes_;
+    for (const auto& p : params_) b += p.nbytes();
+    for (auto& bk : buckets_.buckets()) b += bk.grad.nbytes();
+    return b;
+  }
 
  private:
   Collectives& comm_;
@@ -162,6 +169,12 @@ class Zero1Strategy final : public Strategy {
 
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return state_bytes_; }
+  int64_t persistent_state_bytes() const override {
+    int64_t b = state_bytes_;
+    for (auto& bk : buckets_.buckets())
+      b += bk.param.nbytes() + bk.grad.nbytes() + bk.grad_shard.nbytes();
+    return b;
+  }
 
  private:
   struct Shard {
@@ -181,8 +194,7 @@ class Zero1Strategy final : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_strategy(const Config& config, const ParamGroups& groups, Collectives& comm) {
-  if (config.use_fsdp)
-    throw NotBuiltError("use_fsdp=True was requested, but FSDP is not built yet; use use_zero1=True or DDP");
+  if (config.use_fsdp) return make_fsdp_strategy(config, groups, comm, /*hooks=*/nullptr);
   if (config.use_zero1) return std::make_unique<Zero1Strategy>(config, groups, comm);
   return std::make_unique<DdpStrategy>(config, groups, comm);
 }

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "dist/fsdp.hpp"
+#include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/dist/strategy.hpp"
 
@@ -27,6 +29,14 @@ std::unique_ptr<Strategy> make_strategy(const Config& config, Transformer model,
     std::vector<int> unit;
     for (const auto& p : block->parameters()) unit.push_back(index.at(p.unsafeGetTensorImpl()));
     g.units.push_back(std::move(unit));
+  }
+  if (config.use_fsdp) {
+    // Blocks are sharded; the model gathers them through hooks it knows only
+    // as ForwardHooks.
+    std::shared_ptr<ForwardHooks> hooks;
+    auto s = make_fsdp_strategy(config, g, comm, &hooks);
+    model->set_forward_hooks(hooks);
+    return s;
   }
   return make_strategy(config, g, comm);
 }

@@ -136,6 +136,7 @@ struct TransformerImpl::Parts {
   torch::nn::Linear lm_head{nullptr};  // untied only
   torch::Tensor rope_cos, rope_sin;    // buffers (block_size, 1, D/2)
   torch::Tensor causal_mask;           // buffer (block_size, block_size), manual backend only
+  std::shared_ptr<ForwardHooks> hooks;  // null unless installed from outside (FSDP)
 };
 
 TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg), parts_(std::make_shared<Parts>()) {
@@ -179,12 +180,22 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx) {
   auto& p = *parts_;
   const int64_t T = idx.size(1);
   LLMTRAIN_CHECK(T <= cfg_.block_size, "sequence length {} exceeds block_size = {}", T, cfg_.block_size);
+  if (p.hooks) p.hooks->before_forward();
   auto x = p.wte(idx);  // (B, T, C)
   if (p.wpe) x = x + p.wpe->weight.narrow(0, 0, T);  // positions 0..T-1: (T, C) broadcast
   if (cfg_.dropout > 0 && is_training()) x = at::dropout(x, cfg_.dropout, true);
   // Buffers follow .to(device); the cached tables are passed down, never rebuilt.
   auto cos = p.rope_cos, sin = p.rope_sin;
-  for (auto& block : p.h) x = block(x, cos, sin, p.causal_mask, attention_backend_used_);
+  if (!p.hooks) {
+    for (auto& block : p.h) x = block(x, cos, sin, p.causal_mask, attention_backend_used_);
+  } else {
+    for (size_t i = 0; i < p.h.size(); ++i) {
+      auto& block = p.h[i];
+      x = p.hooks->run_block(static_cast<int64_t>(i), x, [&](const torch::Tensor& in) {
+        return block(in, cos, sin, p.causal_mask, attention_backend_used_);
+      });
+    }
+  }
   x = p.ln_f(x);
   if (p.lm_head) return p.lm_head(x);  // (B, T, padded_vocab)
   return at::linear(x, p.wte->weight);
@@ -243,6 +254,8 @@ std::vector<torch::Tensor> TransformerImpl::no_decay_parameters() {
   }
   return out;
 }
+
+void TransformerImpl::set_forward_hooks(std::shared_ptr<ForwardHooks> hooks) { parts_->hooks = std::move(hooks); }
 
 std::vector<std::shared_ptr<torch::nn::Module>> TransformerImpl::blocks() {
   std::vector<std::shared_ptr<torch::nn::Module>> out;

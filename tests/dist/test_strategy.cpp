@@ -1,6 +1,6 @@
 // Strategies against one process on the concatenated batch: DDP (one bucket and
 // many), ZeRO-1, clipping on the global norm, no traffic before the last
-// micro-step. The model is a small module of its own with 187 parameters (a
+// micro-step; FSDP against DDP. The model is a small module of its own with 187 parameters (a
 // prime factorization of 11 x 17: no world size divides it).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -281,12 +281,95 @@ TEST(Strategy, TransformerDdpAndZero1EqualSingleProcess) {
   }
 }
 
-TEST(Strategy, RefusesFsdpUntilBuilt) {
+// FSDP over ParamGroups (no model to hook: one resident root unit, gradients
+// and optimizer state sharded) against DDP, with accumulation and clipping;
+// 187 parameters divide no world size.
+TEST(Strategy, FsdpEqualsDdpOnParamGroups) {
   auto c = comm();
+  for (int accum : {1, 3}) {
+    auto cfg = config(accum);
+    const auto ddp = run_strategy(cfg, *c);
+    cfg.use_fsdp = true;
+    const auto fsdp = run_strategy(cfg, *c);
+    ASSERT_GT(ddp.norms[0], cfg.grad_clip);  // clipping was active
+    expect_same(ddp, fsdp, "fsdp vs ddp");
+    expect_same(run_single(cfg, c->world_size()), fsdp, "fsdp vs single process");
+  }
+}
+
+// The Transformer with its blocks sharded (gathered per block in forward and
+// again in backward, gradients reduce-scattered per block): W ranks x
+// accumulation 2 equal DDP, parameter and gradient norms, with clipping active.
+// Parameter counts per block (and root) do not divide 2 or 3. Memory: what FSDP
+// keeps between iterations is 1/W of DDP's (plus padding).
+TEST(Strategy, TransformerFsdpEqualsDdpAndShardsMemory) {
+  auto c = comm();
+  const int W = c->world_size(), r = c->rank();
+  ModelConfig mc;
+  mc.vocab_size = mc.padded_vocab = 37;
+  mc.block_size = 16;
+  mc.n_layer = 3, mc.n_head = 2, mc.n_kv_head = 1, mc.n_embd = 14, mc.head_dim = 8, mc.ffn_hidden = 29;
+  constexpr int kSteps = 3, kAccum = 2;
+  auto data = [&](int it) {
+    torch::manual_seed(700 + it);
+    return torch::randint(0, mc.vocab_size, {kAccum * W, mc.block_size + 1}, torch::kLong);  // (A*W, T+1)
+  };
+  struct Result {
+    std::vector<torch::Tensor> params;
+    std::vector<double> norms;
+    int64_t persistent = 0;
+  };
+  auto run = [&](bool fsdp) {
+    auto cfg = config(kAccum);
+    cfg.use_fsdp = fsdp;
+    Transformer model(mc);
+    model->init_weights(r == 0 ? 1 : 60 + r);
+    auto strategy = make_strategy(cfg, model, *c);
+    Result res;
+    for (int it = 0; it < kSteps; ++it) {
+      auto d = data(it);
+      for (int m = 0; m < kAccum; ++m) {
+        auto x = d.narrow(0, r * kAccum + m, 1);
+        auto loss = model->loss(x.narrow(1, 0, mc.block_size), x.narrow(1, 1, mc.block_size)) / kAccum;
+        strategy->backward(loss, m + 1 == kAccum);
+      }
+      strategy->finish_gradients();
+      const double norm = strategy->grad_norm();
+      res.norms.push_back(norm);
+      strategy->step(cfg.learning_rate, clip_coef(norm, cfg.grad_clip));
+      if (it == 0) res.persistent = strategy->persistent_state_bytes();
+    }
+    strategy->materialize_parameters();
+    for (auto& p : model->parameters()) res.params.push_back(p.detach().clone());
+    return res;
+  };
+  const auto ddp = run(false);
+  const auto fsdp = run(true);
+  ASSERT_GT(ddp.norms[0], config(kAccum).grad_clip);  // clipping was active
+  for (size_t i = 0; i < ddp.norms.size(); ++i) EXPECT_NEAR(fsdp.norms[i], ddp.norms[i], 1e-5 * ddp.norms[i]);
+  ASSERT_EQ(ddp.params.size(), fsdp.params.size());
+  for (size_t i = 0; i < ddp.params.size(); ++i)
+    EXPECT_TRUE(torch::allclose(ddp.params[i], fsdp.params[i], 1e-4, 1e-2 * config(kAccum).learning_rate))
+        << "parameter " << i << " differs by " << (ddp.params[i] - fsdp.params[i]).abs().max().item<float>();
+  // DDP: 16 bytes per parameter (fp32 value, gradient, two moments). FSDP: the
+  // same per shard element, each unit padded to a multiple of W (4 units).
+  const int64_t N = mc.num_params();
+  EXPECT_EQ(ddp.persistent, 16 * N);
+  EXPECT_GE(fsdp.persistent, 16 * N / W);
+  EXPECT_LE(fsdp.persistent, 16 * ((N + W - 1) / W + 4));
+}
+
+TEST(Strategy, FsdpHooksOutliveTheStrategyWithAClearError) {
+  auto c = comm();
+  ModelConfig mc;
+  mc.vocab_size = mc.padded_vocab = 11;
+  mc.block_size = 4;
+  mc.n_layer = 1, mc.n_head = 1, mc.n_kv_head = 1, mc.n_embd = 8, mc.head_dim = 8, mc.ffn_hidden = 8;
+  Transformer model(mc);
   auto cfg = config(1);
   cfg.use_fsdp = true;
-  auto net = make_net(7);
-  EXPECT_THROW(make_strategy(cfg, net->groups(), *c), std::exception);
+  make_strategy(cfg, model, *c).reset();
+  EXPECT_THROW(model->forward(torch::zeros({1, 4}, torch::kLong)), std::exception);
 }
 
 }  // namespace

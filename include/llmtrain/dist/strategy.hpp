@@ -34,6 +34,13 @@ class Strategy {
   virtual double take_exposed_comm_seconds() = 0;
   // Bytes of optimizer state (moments, master weights) held by this rank.
   virtual int64_t optimizer_state_bytes() const = 0;
+  // Bytes of parameter, gradient and optimizer storage this rank holds between
+  // iterations (measured from the tensors' storages): ~1/world of DDP's for FSDP.
+  virtual int64_t persistent_state_bytes() const = 0;
+  // Collective: makes every parameter hold its full current values (FSDP
+  // gathers its shards; a no-op elsewhere), e.g. to read or save them. FSDP
+  // frees them again at the next forward.
+  virtual void materialize_parameters() {}
 };
 
 // The parameters a strategy manages, without the model class (tests, other

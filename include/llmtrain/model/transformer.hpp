@@ -2,6 +2,8 @@
 // depending on ModelConfig. Knows nothing about ranks (dist/ wraps it).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,22 @@
 namespace llmtrain {
 
 struct Config;
+
+// Optional code around the forward, installed from outside (dist/ FSDP gathers
+// sharded parameters there); the model itself stays rank-agnostic. Without
+// hooks the forward calls its blocks directly.
+class ForwardHooks {
+ public:
+  virtual ~ForwardHooks() = default;
+  // First thing in forward(), before the embeddings are read.
+  virtual void before_forward() {}
+  // Runs block `i`; body(x) is the block itself. x: (B, T, C) -> (B, T, C).
+  virtual torch::Tensor run_block(int64_t i, const torch::Tensor& x,
+                                  const std::function<torch::Tensor(const torch::Tensor&)>& body) {
+    (void)i;
+    return body(x);
+  }
+};
 
 struct ModelConfig {
   int64_t vocab_size = 256;      // tokens the data can contain
@@ -60,6 +78,8 @@ class TransformerImpl : public torch::nn::Module {
   std::vector<torch::Tensor> no_decay_parameters();
   // The transformer blocks in order (units of FSDP sharding).
   std::vector<std::shared_ptr<torch::nn::Module>> blocks();
+  // Installs (or, with nullptr, removes) the forward hooks.
+  void set_forward_hooks(std::shared_ptr<ForwardHooks> hooks);
 
   const ModelConfig& config() const { return cfg_; }
   // The backend actually used after the fallback chain (printed, run-logged).

@@ -1,0 +1,350 @@
+#include "dist/fsdp.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "dist/adamw_flat.hpp"
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/dist/collectives.hpp"
+
+namespace llmtrain {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr double kAdamEps = 1e-8;
+
+// Gives the storage behind `t` exactly `nbytes` of fresh memory (0: frees it).
+// The StorageImpl stays the same object, so every view of it (the parameters,
+// and the views autograd saved for backward, such as a weight's transpose)
+// sees the new bytes. PyTorch's FSDP does the same with storage().resize_().
+void resize_storage(const torch::Tensor& t, int64_t nbytes) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  if (static_cast<int64_t>(s->nbytes()) == nbytes) return;
+  s->set_data_ptr_noswap(s->allocator()->allocate(static_cast<size_t>(nbytes)));
+  s->set_nbytes(static_cast<size_t>(nbytes));
+}
+
+class FsdpStrategy;
+
+// Hooks installed on the model; dead (throws) once the strategy is gone.
+class FsdpHooks final : public ForwardHooks {
+ public:
+  explicit FsdpHooks(FsdpStrategy* s) : s_(s) {}
+  void before_forward() override;
+  torch::Tensor run_block(int64_t i, const torch::Tensor& x,
+                          const std::function<torch::Tensor(const torch::Tensor&)>& body) override;
+  void detach() { s_ = nullptr; }
+
+ private:
+  FsdpStrategy* live() const;
+  FsdpStrategy* s_;
+};
+
+class FsdpStrategy final : public Strategy {
+ public:
+  struct Unit {
+    std::vector<torch::Tensor> params;
+    std::vector<int64_t> offsets;  // elements into the flat unit
+    std::vector<bool> decay;
+    torch::ScalarType dtype = torch::kFloat;
+    int64_t numel = 0;          // padded to a multiple of W
+    torch::Tensor full;         // (numel,) storage 0 bytes unless gathered
+    torch::Tensor shard;        // (numel/W,)
+    torch::Tensor master;       // (numel/W,) fp32, lower-precision parameters only
+    torch::Tensor grad_shard;   // (numel/W,)
+    std::unique_ptr<FlatAdamW> adam;
+    bool resident = false;      // full parameters never freed (root without hooks)
+    bool gathered = false;
+    bool reduced = false;       // reduce-scattered in the current backward
+  };
+
+  FsdpStrategy(const Config& c, const ParamGroups& g, Collectives& comm, bool hooked)
+      : comm_(comm), hyper_{c.beta1, c.beta2, kAdamEps, c.weight_decay}, hooked_(hooked) {
+    const int W = comm.world_size();
+    {
+      // Every rank starts from rank 0's values.
+      torch::NoGradGuard no_grad;
+      for (const auto& p : g.params) {
+        auto t = p.detach();
+        comm.broadcast(t, 0);
+      }
+    }
+    std::unordered_set<const void*> no_decay;
+    for (const auto& p : g.no_decay) no_decay.insert(p.unsafeGetTensorImpl());
+    std::vector<bool> in_block(g.params.size(), false);
+    auto add_unit = [&](const std::vector<int>& idx, bool resident) {
+      Unit u;
+      u.resident = resident;
+      for (int i : idx) {
+        const auto& p = g.params.at(static_cast<size_t>(i));
+        if (!p.requires_grad()) continue;
+        LLMTRAIN_CHECK(p.is_contiguous(), "FSDP: parameter {} is not contiguous", i);
+        if (u.params.empty()) u.dtype = p.scalar_type();
+        LLMTRAIN_CHECK(p.scalar_type() == u.dtype, "FSDP: a sharding unit mixes dtypes {} and {} (parameter {})",
+                       c10::toString(u.dtype), c10::toString(p.scalar_type()), i);
+        u.params.push_back(p);
+        u.offsets.push_back(u.numel);
+        u.decay.push_back(no_decay.count(p.unsafeGetTensorImpl()) == 0);
+        u.numel += p.numel();
+      }
+      if (u.params.empty()) return;
+      u.numel = (u.numel + W - 1) / W * W;
+      units_.push_back(std::move(u));
+    };
+    if (hooked) {
+      for (const auto& unit : g.units) {
+        for (int i : unit) in_block.at(static_cast<size_t>(i)) = true;
+        block_unit_.push_back(static_cast<int>(units_.size()));
+        add_unit(unit, /*resident=*/false);
+        LLMTRAIN_CHECK(block_unit_.back() < static_cast<int>(units_.size()),
+                       "FSDP: block {} has no trainable parameters", block_unit_.size() - 1);
+      }
+    }
+    std::vector<int> rest;
+    for (size_t i = 0; i < g.params.size(); ++i)
+      if (!in_block[i]) rest.push_back(static_cast<int>(i));
+    root_ = static_cast<int>(units_.size());
+    add_unit(rest, /*resident=*/!hooked);
+    if (root_ == static_cast<int>(units_.size())) root_ = -1;  // every parameter is in a block
+
+    torch::NoGradGuard no_grad;
+    const int64_t r = comm.rank();
+    for (auto& u : units_) {
+      const auto opts = torch::TensorOptions().dtype(u.dtype).device(u.params.front().device());
+      u.full = torch::zeros({u.numel}, opts);
+      for (size_t k = 0; k < u.params.size(); ++k) {
+        auto& p = u.params[k];
+        auto view = u.full.narrow(0, u.offsets[k], p.numel()).view(p.sizes());
+        view.copy_(p);
+        p.set_data(view);  // the parameter now lives in the unit's flat buffer
+      }
+      const int64_t n = u.numel / W, lo = r * n;
+      u.shard = u.full.narrow(0, lo, n).clone();
+      if (u.dtype != torch::kFloat) u.master = u.shard.to(torch::kFloat);
+      u.grad_shard = torch::zeros({n}, opts);
+      std::vector<DecayRange> decay;
+      for (size_t k = 0; k < u.params.size(); ++k) {
+        if (!u.decay[k]) continue;
+        const int64_t a = std::max(lo, u.offsets[k]), e = std::min(lo + n, u.offsets[k] + u.params[k].numel());
+        if (a < e) decay.push_back({a - lo, e - a});
+      }
+      u.adam = std::make_unique<FlatAdamW>(n, std::move(decay), u.full.device());
+      state_bytes_ += u.adam->state_bytes() + (u.master.defined() ? u.master.nbytes() : 0);
+      u.gathered = true;
+      free(u);
+    }
+  }
+
+  ~FsdpStrategy() override {
+    if (hooks_) hooks_->detach();
+  }
+
+  void set_hooks(std::shared_ptr<FsdpHooks> h) { hooks_ = std::move(h); }
+
+  std::string name() const override { return "fsdp"; }
+
+  void backward(const torch::Tensor& loss, bool /*last_micro*/) override {
+    // FSDP communicates at every micro-step: gradients are reduce-scattered as
+    // each block's backward ends, so no rank ever holds a full gradient for
+    // longer than one block's backward.
+    loss.backward();
+    // Units whose backward did not run through the block Functions (the root
+    // unit, unused blocks), in unit order: the same sequence on every rank.
+    for (auto& u : units_) {
+      if (!u.reduced) reduce(u);
+      free(u);
+      u.reduced = false;
+    }
+  }
+
+  void finish_gradients() override {
+    torch::NoGradGuard no_grad;
+    for (auto& u : units_) u.grad_shard.div_(comm_.world_size());  // sums -> exact averages
+  }
+
+  double grad_norm() override {
+    double sq = 0;
+    for (auto& u : units_) {
+      const double n = u.grad_shard.norm().item<double>();
+      sq += n * n;
+    }
+    const auto device = units_.empty() ? torch::Device(torch::kCPU) : units_[0].full.device();
+    auto t = torch::tensor({sq}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
+    timed([&] { comm_.allreduce_sum(t); });
+    return std::sqrt(t.item<double>());
+  }
+
+  void step(double lr, double clip_coef) override {
+    torch::NoGradGuard no_grad;
+    ++step_;
+    for (auto& u : units_) {
+      auto g = clip_coef != 1.0 ? u.grad_shard * clip_coef : u.grad_shard;
+      auto& master = u.master.defined() ? u.master : u.shard;
+      u.adam->step(master, g, lr, hyper_, step_);
+      if (u.master.defined()) u.shard.copy_(u.master);
+      u.grad_shard.zero_();
+      // Full copies still held (resident root, materialize_parameters) must
+      // not go stale.
+      if (u.gathered) {
+        u.gathered = false;
+        gather(u);
+      }
+    }
+  }
+
+  double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
+  int64_t optimizer_state_bytes() const override { return state_bytes_; }
+
+  int64_t persistent_state_bytes() const override {
+    int64_t b = state_bytes_;
+    for (const auto& u : units_) {
+      b += static_cast<int64_t>(u.full.storage().nbytes()) + u.shard.nbytes() + u.grad_shard.nbytes();
+      for (const auto& p : u.params)
+        if (p.grad().defined()) b += p.grad().nbytes();
+    }
+    return b;
+  }
+
+  void materialize_parameters() override {
+    for (auto& u : units_) gather(u);
+  }
+
+  // ---- called from the hooks and the autograd Functions ----
+  void before_forward() {
+    if (root_ >= 0) gather(units_[static_cast<size_t>(root_)]);
+  }
+  torch::Tensor run_block(int64_t i, const torch::Tensor& x,
+                          const std::function<torch::Tensor(const torch::Tensor&)>& body);
+  void gather(int u) { gather(units_.at(static_cast<size_t>(u))); }
+  void release(int u) { free(units_.at(static_cast<size_t>(u))); }
+  void reduce_and_release(int u) {
+    auto& unit = units_.at(static_cast<size_t>(u));
+    reduce(unit);
+    free(unit);
+  }
+
+ private:
+  template <class F>
+  void timed(F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  void gather(Unit& u) {
+    if (u.gathered) return;
+    resize_storage(u.full, u.numel * u.full.element_size());
+    timed([&] { comm_.all_gather(u.shard, u.full); });
+    u.gathered = true;
+  }
+
+  void free(Unit& u) {
+    if (u.resident || !u.gathered) return;
+    resize_storage(u.full, 0);
+    u.gathered = false;
+  }
+
+  // The unit's gradients (.grad, left by autograd in this backward) into one
+  // flat (numel,) buffer, reduce-scattered and added to the shard's sum; the
+  // full gradients are dropped.
+  void reduce(Unit& u) {
+    torch::NoGradGuard no_grad;
+    auto flat = torch::zeros({u.numel}, u.full.options());
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      auto& p = u.params[k];
+      if (p.grad().defined()) flat.narrow(0, u.offsets[k], p.numel()).copy_(p.grad().reshape({-1}));
+      p.mutable_grad() = torch::Tensor();
+    }
+    auto part = torch::empty_like(u.grad_shard);
+    timed([&] { comm_.reduce_scatter_sum(flat, part); });
+    u.grad_shard.add_(part);
+    u.reduced = true;
+  }
+
+  Collectives& comm_;
+  AdamWHyper hyper_;
+  bool hooked_;
+  std::vector<Unit> units_;
+  std::vector<int> block_unit_;  // block index -> unit
+  int root_ = -1;
+  std::shared_ptr<FsdpHooks> hooks_;
+  int64_t step_ = 0;
+  double exposed_ = 0;
+  int64_t state_bytes_ = 0;
+};
+
+// Before the block: forward gathers its parameters; backward (after every op of
+// the block, hence after its parameters' AccumulateGrad, which the engine runs
+// first) reduce-scatters their gradients and frees the full buffers.
+struct GatherBefore : torch::autograd::Function<GatherBefore> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t self, int64_t unit) {
+    ctx->saved_data["self"] = self;
+    ctx->saved_data["unit"] = unit;
+    reinterpret_cast<FsdpStrategy*>(self)->gather(static_cast<int>(unit));
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    reinterpret_cast<FsdpStrategy*>(ctx->saved_data["self"].toInt())
+        ->reduce_and_release(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grad[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// After the block: forward frees the full parameters; backward (before the
+// block's backward) gathers them again.
+struct GatherAfter : torch::autograd::Function<GatherAfter> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor y, int64_t self, int64_t unit) {
+    ctx->saved_data["self"] = self;
+    ctx->saved_data["unit"] = unit;
+    reinterpret_cast<FsdpStrategy*>(self)->release(static_cast<int>(unit));
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    reinterpret_cast<FsdpStrategy*>(ctx->saved_data["self"].toInt())
+        ->gather(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grad[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+torch::Tensor FsdpStrategy::run_block(int64_t i, const torch::Tensor& x,
+                                      const std::function<torch::Tensor(const torch::Tensor&)>& body) {
+  LLMTRAIN_CHECK(i >= 0 && i < static_cast<int64_t>(block_unit_.size()),
+                 "FSDP: the model ran block {}, but {} blocks were sharded", i, block_unit_.size());
+  const auto self = reinterpret_cast<int64_t>(this);
+  const int64_t u = block_unit_[static_cast<size_t>(i)];
+  auto y = body(GatherBefore::apply(x, self, u));
+  return GatherAfter::apply(y, self, u);
+}
+
+FsdpStrategy* FsdpHooks::live() const {
+  LLMTRAIN_CHECK(s_ != nullptr, "FSDP: the model's parameters are sharded by a strategy that no longer exists");
+  return s_;
+}
+void FsdpHooks::before_forward() { live()->before_forward(); }
+torch::Tensor FsdpHooks::run_block(int64_t i, const torch::Tensor& x,
+                                   const std::function<torch::Tensor(const torch::Tensor&)>& body) {
+  return live()->run_block(i, x, body);
+}
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_fsdp_strategy(const Config& config, const ParamGroups& groups, Collectives& comm,
+                                             std::shared_ptr<ForwardHooks>* hooks) {
+  auto s = std::make_unique<FsdpStrategy>(config, groups, comm, hooks != nullptr);
+  if (hooks) {
+    auto h = std::make_shared<FsdpHooks>(s.get());
+    s->set_hooks(h);
+    *hooks = h;
+  }
+  return s;
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,31 @@
+// Private: FSDP, parameters, gradients and optimizer state sharded by unit.
+//
+// A unit is a transformer block (ParamGroups::units) or the rest of the
+// parameters (embeddings, final norm, head: the root unit). Per unit and rank:
+//   shard      (n/W,)  this rank's parameters (n padded to a multiple of W)
+//   master     (n/W,)  fp32, only when parameters are stored below fp32
+//   grad_shard (n/W,)  sum over micro-steps of the reduce-scattered gradient
+//   AdamW moments for the shard (adamw_flat.hpp)
+//   full       (n,)    the parameters point at views of it; its storage has
+//                      0 bytes except while the unit is gathered.
+// Block units are gathered just before the block's forward and freed after it,
+// gathered again before its backward and, once the block's backward is done,
+// their gradients are reduce-scattered and everything full is freed (custom
+// autograd Functions around the block; recompute-free: autograd's saved views
+// share the full buffer's storage, which is resized, never replaced).
+#pragma once
+#include <memory>
+
+#include "llmtrain/dist/strategy.hpp"
+
+namespace llmtrain {
+
+// `hooks`: when non-null, receives the ForwardHooks to install on the model;
+// block units are then sharded and the root unit is gathered in
+// before_forward() and freed after each backward. When null (no model to hook),
+// every parameter is one root unit whose full parameters stay resident
+// (gradients and optimizer state are still sharded).
+std::unique_ptr<Strategy> make_fsdp_strategy(const Config& config, const ParamGroups& groups, Collectives& comm,
+                                             std::shared_ptr<ForwardHooks>* hooks);
+
+}  // namespace llmtrain
