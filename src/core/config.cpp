@@ -244,7 +244,6 @@ void Config::refuse_unbuilt() const {
       {always_save_checkpoint, "always_save_checkpoint=True", "HDF5 checkpoints are not built yet"},
       {compile, "compile=True (fused kernels)", "fused kernels are not built yet"},
       {use_cuda_graphs, "use_cuda_graphs=True", "CUDA graph capture is not built yet"},
-      {use_fsdp, "use_fsdp=True", "FSDP is not built yet (distributed-training issue)"},
   };
   for (const auto& u : unbuilt)
     if (u.asked)
