@@ -23,10 +23,11 @@
 namespace {
 
 llmtrain::Runtime* g_rt = nullptr;
-std::unique_ptr<llmtrain::Collectives> g_comm;
+std::unique_ptr<llmtrain::Collectives> g_comm;      // default: async forms on a communication thread
+std::unique_ptr<llmtrain::Collectives> g_comm_nbc;  // async forms as MPI nonblocking collectives
 
 enum Op { allreduce, reduce_scatter, all_gather };
-enum Impl { raw_mpi, ours, ours_async, kNumImpl };
+enum Impl { raw_mpi, ours, ours_async, ours_nbc, kNumImpl };
 
 int64_t iterations_for(int64_t bytes) {
   const int64_t mib = 1 << 20;
@@ -48,11 +49,13 @@ double timed(Op op, Impl impl, torch::Tensor& full, torch::Tensor& part) {
     case allreduce:
       if (impl == ours) g_comm->allreduce_sum(full);
       else if (impl == ours_async) g_comm->allreduce_sum_async(full)->wait();
+      else if (impl == ours_nbc) g_comm_nbc->allreduce_sum_async(full)->wait();
       else MPI_Allreduce(MPI_IN_PLACE, full.data_ptr(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       break;
     case reduce_scatter:
       if (impl == ours) g_comm->reduce_scatter_sum(full, part);
       else if (impl == ours_async) g_comm->reduce_scatter_sum_async(full, part)->wait();
+      else if (impl == ours_nbc) g_comm_nbc->reduce_scatter_sum_async(full, part)->wait();
       else MPI_Reduce_scatter_block(full.data_ptr(), part.data_ptr(), static_cast<int>(n / W), MPI_FLOAT, MPI_SUM,
                                     MPI_COMM_WORLD);
       break;
@@ -69,8 +72,9 @@ double timed(Op op, Impl impl, torch::Tensor& full, torch::Tensor& part) {
   return dt;
 }
 
-// Each iteration runs raw MPI, ours and ours-async back to back on the same
-// buffers, so a machine whose load drifts (shared CI cores) affects all three
+// Each iteration runs raw MPI, ours, ours-async (communication thread) and
+// ours-async as MPI nonblocking collectives back to back on the same buffers,
+// so a machine whose load drifts (shared CI cores) affects all
 // alike; bandwidths come from the median iteration of each.
 void run(benchmark::State& state, Op op) {
   const int64_t bytes = state.range(0);
@@ -78,7 +82,7 @@ void run(benchmark::State& state, Op op) {
   const int64_t n = bytes / 4 / W * W;  // float32 elements, divisible by W
   auto full = torch::ones({n});
   auto part = torch::ones({n / W});
-  const int impls = op == all_gather ? 2 : 3;  // no async all-gather
+  const int impls = op == all_gather ? 2 : 4;  // no async all-gather
   std::vector<std::vector<double>> times(kNumImpl);
   for (auto _ : state) {
     double ours_dt = 0;
@@ -96,9 +100,11 @@ void run(benchmark::State& state, Op op) {
   state.counters["busbw_raw_GBs"] = busbw(raw_mpi);
   state.counters["busbw_GBs"] = busbw(ours);
   state.counters["ratio"] = busbw(ours) / busbw(raw_mpi);
-  if (impls == 3) {
+  if (impls == 4) {
     state.counters["busbw_async_GBs"] = busbw(ours_async);
     state.counters["ratio_async"] = busbw(ours_async) / busbw(raw_mpi);
+    state.counters["busbw_nbc_GBs"] = busbw(ours_nbc);
+    state.counters["ratio_nbc"] = busbw(ours_nbc) / busbw(raw_mpi);
   }
 }
 
@@ -107,7 +113,8 @@ void run(benchmark::State& state, Op op) {
 // as GradBuckets does from its hooks. wait_ms = time left to wait afterwards
 // (the exposed part); Open MPI's nonblocking collectives advance only inside MPI
 // calls, so without polling most of the transfer waits until wait().
-void overlap(benchmark::State& state, bool poll) {
+// `comm`: which async implementation (the communication thread needs no polling).
+void overlap(benchmark::State& state, llmtrain::Collectives* comm, bool poll) {
   const int64_t n = (int64_t{64} << 20) / 4;
   auto buf = torch::ones({n});
   auto a = torch::randn({256, 256}), b = torch::randn({256, 256});
@@ -115,7 +122,7 @@ void overlap(benchmark::State& state, bool poll) {
   for (auto _ : state) {
     MPI_Barrier(MPI_COMM_WORLD);
     const auto t0 = std::chrono::steady_clock::now();
-    auto work = g_comm->allreduce_sum_async(buf);
+    auto work = comm->allreduce_sum_async(buf);
     for (int i = 0; i < 200; ++i) {
       a = torch::tanh(torch::mm(a, b) * 1e-2);
       if (poll) work->test();
@@ -137,9 +144,12 @@ void overlap(benchmark::State& state, bool poll) {
 }
 
 void register_all() {
-  for (bool poll : {false, true})
-    benchmark::RegisterBenchmark(poll ? "overlap_64MiB/poll_in_hooks" : "overlap_64MiB/no_poll",
-                                 [poll](benchmark::State& s) { overlap(s, poll); })
+  struct Variant { const char* name; bool thread, poll; };
+  for (auto v : {Variant{"overlap_64MiB/comm_thread", true, false}, Variant{"overlap_64MiB/nbc_no_poll", false, false},
+                 Variant{"overlap_64MiB/nbc_poll_in_hooks", false, true}})
+    benchmark::RegisterBenchmark(v.name, [v](benchmark::State& s) {
+      overlap(s, v.thread ? g_comm.get() : g_comm_nbc.get(), v.poll);
+    })
         ->Iterations(5)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
@@ -164,7 +174,8 @@ class NullReporter : public benchmark::BenchmarkReporter {
 int main(int argc, char** argv) {
   llmtrain::Runtime rt(argc, argv);
   g_rt = &rt;
-  g_comm = llmtrain::make_collectives(rt, torch::kCPU);
+  g_comm = llmtrain::make_collectives(rt, torch::kCPU, llmtrain::MpiAsync::comm_thread);
+  g_comm_nbc = llmtrain::make_collectives(rt, torch::kCPU, llmtrain::MpiAsync::nonblocking);
   benchmark::Initialize(&argc, argv);
   register_all();
   if (rt.rank() == 0) {
@@ -175,5 +186,6 @@ int main(int argc, char** argv) {
   }
   benchmark::Shutdown();
   g_comm.reset();
+  g_comm_nbc.reset();
   return 0;
 }

@@ -2,6 +2,14 @@
 
 #include <mpi.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
 #include <fmt/format.h>
 #include <torch/torch.h>
 #include <c10/util/BFloat16.h>
@@ -65,9 +73,107 @@ class MpiWork final : public CommWork {
   MPI_Request req_;
 };
 
+// One collective handed to the communication thread.
+struct CommJob {
+  std::function<void()> run;
+  std::mutex m;
+  std::condition_variable cv;
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+};
+
+// A thread that runs blocking collectives in the order they were queued (the
+// same on every rank, since every rank queues in the same order) on a
+// communicator of its own, so they never interleave with the caller's blocking
+// calls. The blocking MPI_Allreduce / MPI_Reduce_scatter_block are Open MPI's
+// tuned algorithms, faster than libnbc's MPI_Iallreduce schedules, and they
+// progress by themselves while the caller computes (no MPI_Test polling).
+class CommThread {
+ public:
+  CommThread() : thread_([this] { loop(); }) {}
+  ~CommThread() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  std::shared_ptr<CommJob> submit(std::function<void()> run) {
+    auto job = std::make_shared<CommJob>();
+    job->run = std::move(run);
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      queue_.push_back(job);
+    }
+    cv_.notify_one();
+    return job;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::shared_ptr<CommJob> job;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop_ and nothing left
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      try {
+        job->run();
+      } catch (...) {
+        job->error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(job->m);
+        job->done = true;
+      }
+      job->cv.notify_all();
+    }
+  }
+
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<CommJob>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
+class ThreadWork final : public CommWork {
+ public:
+  explicit ThreadWork(std::shared_ptr<CommJob> job) : job_(std::move(job)) {}
+  ~ThreadWork() override {
+    // The thread may still be writing the buffer.
+    std::unique_lock<std::mutex> lock(job_->m);
+    job_->cv.wait(lock, [this] { return job_->done.load(); });
+  }
+  void wait() override {
+    {
+      std::unique_lock<std::mutex> lock(job_->m);
+      job_->cv.wait(lock, [this] { return job_->done.load(); });
+    }
+    if (job_->error) std::rethrow_exception(std::exchange(job_->error, nullptr));
+  }
+  bool test() override { return job_->done.load(); }
+
+ private:
+  std::shared_ptr<CommJob> job_;
+};
+
 class MpiCollectives final : public Collectives {
  public:
-  MpiCollectives() {
+  explicit MpiCollectives(MpiAsync mode) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_CHECK(MPI_Query_thread(&provided));
+    // Without MPI_THREAD_MULTIPLE a second thread must not call MPI.
+    mode_ = mode == MpiAsync::comm_thread && provided < MPI_THREAD_MULTIPLE ? MpiAsync::nonblocking : mode;
+    if (mode_ == MpiAsync::comm_thread) {
+      MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &thread_comm_));
+      MPI_CHECK(MPI_Comm_set_errhandler(thread_comm_, MPI_ERRORS_RETURN));
+      thread_ = std::make_unique<CommThread>();
+    }
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -79,13 +185,16 @@ class MpiCollectives final : public Collectives {
   ~MpiCollectives() override {
     int fin = 0;
     MPI_Finalized(&fin);
+    thread_.reset();  // drains the queue first
     if (fin) return;
+    if (thread_comm_ != MPI_COMM_NULL) MPI_Comm_free(&thread_comm_);
     MPI_Op_free(&bf16_sum_op_);
     MPI_Type_free(&bf16_type_);
     MPI_Comm_free(&comm_);
   }
 
   std::string name() const override { return "mpi"; }
+  MpiAsync async_mode() const { return mode_; }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
 
@@ -125,6 +234,15 @@ class MpiCollectives final : public Collectives {
   std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t) override {
     check(t, "allreduce_sum_async");
     ++calls_;
+    if (mode_ == MpiAsync::comm_thread) {
+      void* buf = t.data_ptr();
+      const int n = count(t);
+      MPI_Datatype ty = type(t);
+      MPI_Op op = sum_op(t);
+      MPI_Comm comm = thread_comm_;
+      return std::make_unique<ThreadWork>(thread_->submit(
+          [=] { MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, ty, op, comm)); }));
+    }
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), sum_op(t), comm_, &req));
     return std::make_unique<MpiWork>(req);
@@ -133,6 +251,16 @@ class MpiCollectives final : public Collectives {
   std::unique_ptr<CommWork> reduce_scatter_sum_async(const torch::Tensor& in, torch::Tensor& out) override {
     check_rs(in, out);
     ++calls_;
+    if (mode_ == MpiAsync::comm_thread) {
+      const void* src = in.data_ptr();
+      void* dst = out.data_ptr();
+      const int n = count(out);
+      MPI_Datatype ty = type(out);
+      MPI_Op op = sum_op(out);
+      MPI_Comm comm = thread_comm_;
+      return std::make_unique<ThreadWork>(thread_->submit(
+          [=] { MPI_CHECK(MPI_Reduce_scatter_block(src, dst, n, ty, op, comm)); }));
+    }
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), sum_op(out), comm_,
                                         &req));
@@ -173,6 +301,9 @@ class MpiCollectives final : public Collectives {
   MPI_Op sum_op(const torch::Tensor& t) const { return t.scalar_type() == torch::kBFloat16 ? bf16_sum_op_ : MPI_SUM; }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MpiAsync mode_ = MpiAsync::nonblocking;
+  MPI_Comm thread_comm_ = MPI_COMM_NULL;  // the communication thread's own
+  std::unique_ptr<CommThread> thread_;
   int rank_ = 0, world_ = 1;
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
   MPI_Op bf16_sum_op_ = MPI_OP_NULL;
@@ -180,9 +311,9 @@ class MpiCollectives final : public Collectives {
 
 }  // namespace
 
-std::unique_ptr<Collectives> make_mpi_collectives() { return std::make_unique<MpiCollectives>(); }
+std::unique_ptr<Collectives> make_mpi_collectives(MpiAsync mode) { return std::make_unique<MpiCollectives>(mode); }
 
-std::unique_ptr<Collectives> make_collectives(const Runtime& rt, torch::Device device) {
+std::unique_ptr<Collectives> make_collectives(const Runtime& rt, torch::Device device, MpiAsync mpi_async) {
   if (device.is_cuda()) {
 #ifdef LLMTRAIN_WITH_CUDA
     return make_nccl_collectives(rt, device);
@@ -190,7 +321,7 @@ std::unique_ptr<Collectives> make_collectives(const Runtime& rt, torch::Device d
     throw NotBuiltError("NCCL collectives were asked for a CUDA device, but this llmtrain was built without CUDA");
 #endif
   }
-  return make_mpi_collectives();
+  return make_mpi_collectives(mpi_async);
 }
 
 }  // namespace llmtrain

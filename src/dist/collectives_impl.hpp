@@ -8,7 +8,7 @@
 namespace llmtrain {
 
 // MPI on a duplicate of MPI_COMM_WORLD (our traffic never matches a user's).
-std::unique_ptr<Collectives> make_mpi_collectives();
+std::unique_ptr<Collectives> make_mpi_collectives(MpiAsync mode);
 
 #ifdef LLMTRAIN_WITH_CUDA
 // NCCL on `device` (collectives_cuda.cpp): unique id from rank 0 over MPI_Bcast.

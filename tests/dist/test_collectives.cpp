@@ -68,20 +68,38 @@ TEST(Collectives, ReduceScatterAndAllGather) {
 }
 
 TEST(Collectives, AsyncMatchesBlockingAndCountsCalls) {
-  auto c = comm();
-  const int W = c->world_size();
-  const auto before = c->num_calls();
-  auto a = torch::ones({1000});
-  auto w1 = c->allreduce_sum_async(a);
-  auto in = torch::ones({W * 3}, torch::kDouble);
-  auto out = torch::empty({3}, torch::kDouble);
-  auto w2 = c->reduce_scatter_sum_async(in, out);
-  while (!w1->test()) {
+  for (auto mode : {MpiAsync::comm_thread, MpiAsync::nonblocking}) {
+    auto c = make_collectives(testing::runtime(), torch::kCPU, mode);
+    const int W = c->world_size(), r = c->rank();
+    const auto before = c->num_calls();
+    auto a = torch::ones({1000});
+    auto w1 = c->allreduce_sum_async(a);
+    auto in = torch::ones({W * 3}, torch::kDouble);
+    auto out = torch::empty({3}, torch::kDouble);
+    auto w2 = c->reduce_scatter_sum_async(in, out);
+    // Several queued at once, each with its own values: they complete in
+    // order and into their own buffers, while the caller runs a blocking
+    // collective of its own.
+    std::vector<torch::Tensor> bufs;
+    std::vector<std::unique_ptr<CommWork>> works;
+    for (int k = 0; k < 5; ++k) {
+      bufs.push_back(torch::full({4096 * (k + 1)}, static_cast<float>(k + r)));
+      works.push_back(c->allreduce_sum_async(bufs.back()));
+    }
+    auto b = torch::ones({7}, torch::kLong);
+    c->allreduce_sum(b);
+    EXPECT_TRUE(torch::equal(b, torch::full({7}, W, torch::kLong)));
+    while (!w1->test()) {
+    }
+    w2->wait();
+    for (auto& w : works) w->wait();
+    EXPECT_TRUE(torch::equal(a, torch::full({1000}, static_cast<float>(W))));
+    EXPECT_TRUE(torch::equal(out, torch::full({3}, static_cast<double>(W), torch::kDouble)));
+    for (int k = 0; k < 5; ++k)  // sum over ranks of (k + r)
+      EXPECT_TRUE(torch::equal(bufs[k], torch::full({4096 * (k + 1)}, static_cast<float>(k * W + W * (W - 1) / 2))))
+          << "buffer " << k;
+    EXPECT_EQ(c->num_calls() - before, 8);
   }
-  w2->wait();
-  EXPECT_TRUE(torch::equal(a, torch::full({1000}, static_cast<float>(W))));
-  EXPECT_TRUE(torch::equal(out, torch::full({3}, static_cast<double>(W), torch::kDouble)));
-  EXPECT_EQ(c->num_calls() - before, 2);
 }
 
 TEST(Collectives, RefusesBadBuffers) {

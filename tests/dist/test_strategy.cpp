@@ -138,8 +138,11 @@ void expect_same(const Run& a, const Run& b, const char* what) {
 std::unique_ptr<Collectives> comm() { return make_collectives(testing::runtime(), torch::kCPU); }
 
 TEST(Strategy, DdpEqualsSingleProcessOnConcatenatedBatch) {
-  auto c = comm();
+  // Both ways of running the bucket reductions: communication thread (the
+  // default) and MPI nonblocking collectives.
+  for (auto mode : {MpiAsync::comm_thread, MpiAsync::nonblocking})
   for (int accum : {1, 3}) {
+    auto c = make_collectives(testing::runtime(), torch::kCPU, mode);
     auto cfg = config(accum);
     const auto ref = run_single(cfg, c->world_size());
     expect_same(ref, run_strategy(cfg, *c), "ddp, one bucket");

@@ -52,7 +52,14 @@ class Collectives {
   int64_t calls_ = 0;
 };
 
+// How the MPI implementation runs its nonblocking forms: on a communication
+// thread that calls the blocking collective (needs MPI_THREAD_MULTIPLE, else
+// falls back), or as MPI nonblocking collectives (MPI_Iallreduce, ...) that
+// progress when test() or wait() call into MPI. Ignored by NCCL.
+enum class MpiAsync { comm_thread, nonblocking };
+
 // NCCL on a CUDA device (when built with CUDA), MPI otherwise.
-std::unique_ptr<Collectives> make_collectives(const Runtime& rt, torch::Device device);
+std::unique_ptr<Collectives> make_collectives(const Runtime& rt, torch::Device device,
+                                              MpiAsync mpi_async = MpiAsync::comm_thread);
 
 }  // namespace llmtrain
