@@ -108,14 +108,14 @@ void run(benchmark::State& state, Op op) {
   }
 }
 
-// MPI progress: a 64 MiB nonblocking allreduce started before ~N ms of matmuls
+// MPI progress: a 24 MiB nonblocking allreduce started before ~N ms of matmuls
 // (the backward it should hide behind). `poll` = MPI_Test between matmul chunks,
 // as GradBuckets does from its hooks. wait_ms = time left to wait afterwards
 // (the exposed part); Open MPI's nonblocking collectives advance only inside MPI
 // calls, so without polling most of the transfer waits until wait().
 // `comm`: which async implementation (the communication thread needs no polling).
 void overlap(benchmark::State& state, llmtrain::Collectives* comm, bool poll) {
-  const int64_t n = (int64_t{64} << 20) / 4;
+  const int64_t n = (int64_t{24} << 20) / 4;  // one DDP bucket (ddp_bucket_mb = 25)
   auto buf = torch::ones({n});
   auto a = torch::randn({256, 256}), b = torch::randn({256, 256});
   double wait_s = 0, total_s = 0;
@@ -145,8 +145,8 @@ void overlap(benchmark::State& state, llmtrain::Collectives* comm, bool poll) {
 
 void register_all() {
   struct Variant { const char* name; bool thread, poll; };
-  for (auto v : {Variant{"overlap_64MiB/comm_thread", true, false}, Variant{"overlap_64MiB/nbc_no_poll", false, false},
-                 Variant{"overlap_64MiB/nbc_poll_in_hooks", false, true}})
+  for (auto v : {Variant{"overlap_24MiB/comm_thread", true, false}, Variant{"overlap_24MiB/nbc_no_poll", false, false},
+                 Variant{"overlap_24MiB/nbc_poll_in_hooks", false, true}})
     benchmark::RegisterBenchmark(v.name, [v](benchmark::State& s) {
       overlap(s, v.thread ? g_comm.get() : g_comm_nbc.get(), v.poll);
     })

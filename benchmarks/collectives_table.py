@@ -31,10 +31,11 @@ def main(path):
         a += f" | {r['busbw_nbc_GBs']:.3f} | {r['ratio_nbc']:.2f}" if "ratio_nbc" in r else " | - | -"
         print(f"| {op} | {label} | {r['busbw_raw_GBs']:.3f} | {r['busbw_GBs']:.3f} | {r['ratio']:.2f} | {a} |")
     print()
-    print(f"worst ratio at >= 1 MiB (blocking and comm-thread async): {worst:.2f}")
+    if worst is not None:
+        print(f"worst ratio at >= 1 MiB (blocking and comm-thread async): {worst:.2f}")
     if overlap:
         print()
-        print("| 64 MiB async allreduce behind matmuls | iteration ms | wait ms (exposed) | exposed share |")
+        print("| 24 MiB async allreduce behind matmuls | iteration ms | wait ms (exposed) | exposed share |")
         print("|---|---:|---:|---:|")
         for r in overlap:
             print(f"| {r['name'].split('/')[1]} | {r['real_time']:.1f} | {r['wait_ms']:.1f} | {r['exposed_share']:.1%} |")

@@ -234,7 +234,7 @@ class MpiCollectives final : public Collectives {
   std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t) override {
     check(t, "allreduce_sum_async");
     ++calls_;
-    if (mode_ == MpiAsync::comm_thread) {
+    if (use_thread(t.nbytes())) {
       void* buf = t.data_ptr();
       const int n = count(t);
       MPI_Datatype ty = type(t);
@@ -251,7 +251,7 @@ class MpiCollectives final : public Collectives {
   std::unique_ptr<CommWork> reduce_scatter_sum_async(const torch::Tensor& in, torch::Tensor& out) override {
     check_rs(in, out);
     ++calls_;
-    if (mode_ == MpiAsync::comm_thread) {
+    if (use_thread(in.nbytes())) {
       const void* src = in.data_ptr();
       void* dst = out.data_ptr();
       const int n = count(out);
@@ -268,6 +268,17 @@ class MpiCollectives final : public Collectives {
   }
 
  private:
+  // Above 32 MiB Open MPI's temporary buffers allocated on the communication
+  // thread come from a glibc per-thread arena, which cannot hold them (its
+  // heaps are at most 64 MiB) and mmaps fresh, page-faulting memory on every
+  // call: 0.4-0.6 of the blocking call's bandwidth at 64-256 MiB, where the
+  // nonblocking collectives (allocating on the caller's thread, main arena)
+  // do better. Every rank decides by the same size, so the order of calls on
+  // each communicator is the same everywhere. (MALLOC_ARENA_MAX=1 would
+  // remove the cause, process-wide: docs/scaling.md.)
+  static constexpr size_t kThreadMaxBytes = size_t{32} << 20;
+  bool use_thread(size_t bytes) const { return mode_ == MpiAsync::comm_thread && bytes <= kThreadMaxBytes; }
+
   void check(const torch::Tensor& t, const char* what) const {
     LLMTRAIN_CHECK(t.defined() && t.device().is_cpu() && t.is_contiguous(),
                    "{}: MPI collectives need a defined, contiguous CPU tensor (got {} {})", what,

@@ -99,6 +99,10 @@ TEST(Collectives, AsyncMatchesBlockingAndCountsCalls) {
       EXPECT_TRUE(torch::equal(bufs[k], torch::full({4096 * (k + 1)}, static_cast<float>(k * W + W * (W - 1) / 2))))
           << "buffer " << k;
     EXPECT_EQ(c->num_calls() - before, 8);
+    // Above 32 MiB the thread mode hands over to the nonblocking path.
+    auto big = torch::ones({(int64_t{33} << 20) / 4});
+    c->allreduce_sum_async(big)->wait();
+    EXPECT_TRUE(torch::equal(big, torch::full_like(big, static_cast<float>(W))));
   }
 }
 

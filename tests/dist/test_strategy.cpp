@@ -138,8 +138,8 @@ void expect_same(const Run& a, const Run& b, const char* what) {
 std::unique_ptr<Collectives> comm() { return make_collectives(testing::runtime(), torch::kCPU); }
 
 TEST(Strategy, DdpEqualsSingleProcessOnConcatenatedBatch) {
-  // Both ways of running the bucket reductions: communication thread (the
-  // default) and MPI nonblocking collectives.
+  // Both ways of running the bucket reductions: MPI nonblocking collectives
+  // (the default) and the communication thread.
   for (auto mode : {MpiAsync::comm_thread, MpiAsync::nonblocking})
   for (int accum : {1, 3}) {
     auto c = make_collectives(testing::runtime(), torch::kCPU, mode);

@@ -53,13 +53,17 @@ class Collectives {
 };
 
 // How the MPI implementation runs its nonblocking forms: on a communication
-// thread that calls the blocking collective (needs MPI_THREAD_MULTIPLE, else
-// falls back), or as MPI nonblocking collectives (MPI_Iallreduce, ...) that
-// progress when test() or wait() call into MPI. Ignored by NCCL.
+// thread that calls the blocking collective (buffers up to 32 MiB; larger ones
+// and builds without MPI_THREAD_MULTIPLE use the nonblocking collectives), or
+// as MPI nonblocking collectives (MPI_Iallreduce, ...) that progress when
+// test() or wait() call into MPI. Ignored by NCCL. The thread reaches the
+// blocking call's bandwidth, but its spinning competes with compute for the
+// rank's cores: on 2 shared cores the trainer ran faster with nonblocking, the
+// default (figures in docs/scaling.md).
 enum class MpiAsync { comm_thread, nonblocking };
 
 // NCCL on a CUDA device (when built with CUDA), MPI otherwise.
 std::unique_ptr<Collectives> make_collectives(const Runtime& rt, torch::Device device,
-                                              MpiAsync mpi_async = MpiAsync::comm_thread);
+                                              MpiAsync mpi_async = MpiAsync::nonblocking);
 
 }  // namespace llmtrain
