@@ -300,6 +300,44 @@ TEST(Strategy, FsdpEqualsDdpOnParamGroups) {
   }
 }
 
+// Parameters stored in bf16: FSDP keeps an fp32 master shard (as ZeRO-1 does);
+// both must agree to bf16 precision and keep the parameters in bf16.
+TEST(Strategy, FsdpBf16ParametersUseFp32MasterLikeZero1) {
+  auto c = comm();
+  auto cfg = config(2);
+  auto run = [&](bool fsdp) {
+    cfg.use_zero1 = !fsdp;
+    cfg.use_fsdp = fsdp;
+    auto net = make_net(7);
+    net->to(torch::kBFloat16);
+    auto strategy = make_strategy(cfg, net->groups(), *c);
+    EXPECT_EQ(strategy->optimizer_state_bytes(), (187 + c->world_size() - 1) / c->world_size() * 3 * 4);
+    const int W = c->world_size(), r = c->rank();
+    for (int it = 0; it < 3; ++it) {
+      auto [x, y] = batch(it, int64_t{W} * 2 * kMicroBatch);
+      for (int m = 0; m < 2; ++m) {
+        const int64_t row = (int64_t{r} * 2 + m) * kMicroBatch;
+        auto out = net->forward(x.narrow(0, row, kMicroBatch).to(torch::kBFloat16)).to(torch::kFloat);
+        strategy->backward(torch::mse_loss(out, y.narrow(0, row, kMicroBatch)) / 2, m == 1);
+      }
+      strategy->finish_gradients();
+      const double norm = strategy->grad_norm();
+      strategy->step(cfg.learning_rate, clip_coef(norm, cfg.grad_clip));
+    }
+    std::vector<torch::Tensor> out;
+    for (auto& p : net->parameters()) {
+      EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+      out.push_back(p.detach().to(torch::kFloat));
+    }
+    return out;
+  };
+  const auto zero = run(false);
+  const auto fsdp = run(true);
+  for (size_t i = 0; i < zero.size(); ++i)
+    EXPECT_TRUE(torch::allclose(zero[i], fsdp[i], 1e-2, 1e-2))
+        << "parameter " << i << " differs by " << (zero[i] - fsdp[i]).abs().max().item<float>();
+}
+
 // The Transformer with its blocks sharded (gathered per block in forward and
 // again in backward, gradients reduce-scattered per block): W ranks x
 // accumulation 2 equal DDP, parameter and gradient norms, with clipping active.
