@@ -145,6 +145,7 @@ class FsdpStrategy final : public Strategy {
 
   ~FsdpStrategy() override {
     if (hooks_) hooks_->detach();
+    if (pending_.work) pending_.work->wait();  // MPI may still write its buffers
   }
 
   void set_hooks(std::shared_ptr<FsdpHooks> h) { hooks_ = std::move(h); }
@@ -163,6 +164,7 @@ class FsdpStrategy final : public Strategy {
       free(u);
       u.reduced = false;
     }
+    complete_pending();
   }
 
   void finish_gradients() override {
@@ -253,8 +255,11 @@ class FsdpStrategy final : public Strategy {
   }
 
   // The unit's gradients (.grad, left by autograd in this backward) into one
-  // flat (numel,) buffer, reduce-scattered and added to the shard's sum; the
-  // full gradients are dropped.
+  // flat (numel,) buffer whose reduce-scatter starts without waiting; the full
+  // gradients are dropped. One reduction stays in flight: it overlaps the next
+  // block's backward and is completed (added to its shard's sum) when the next
+  // one starts or the backward ends, so at most two units' full gradients
+  // exist at once.
   void reduce(Unit& u) {
     torch::NoGradGuard no_grad;
     auto flat = torch::zeros({u.numel}, u.full.options());
@@ -263,11 +268,29 @@ class FsdpStrategy final : public Strategy {
       if (p.grad().defined()) flat.narrow(0, u.offsets[k], p.numel()).copy_(p.grad().reshape({-1}));
       p.mutable_grad() = torch::Tensor();
     }
+    complete_pending();
     auto part = torch::empty_like(u.grad_shard);
-    timed([&] { comm_.reduce_scatter_sum(flat, part); });
-    u.grad_shard.add_(part);
+    pending_.unit = &u;
+    pending_.flat = flat;
+    pending_.part = part;
+    pending_.work = comm_.reduce_scatter_sum_async(pending_.flat, pending_.part);
     u.reduced = true;
   }
+
+  void complete_pending() {
+    if (!pending_.work) return;
+    timed([&] { pending_.work->wait(); });
+    torch::NoGradGuard no_grad;
+    pending_.unit->grad_shard.add_(pending_.part);
+    pending_ = Pending{};
+  }
+
+  struct Pending {
+    Unit* unit = nullptr;
+    torch::Tensor flat, part;  // (numel,) full gradient, (numel/W,) its reduced shard
+    std::unique_ptr<CommWork> work;
+  };
+  Pending pending_;
 
   Collectives& comm_;
   AdamWHyper hyper_;
