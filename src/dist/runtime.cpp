@@ -5,6 +5,8 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -45,7 +47,19 @@ std::string check_launch(int world_size, const std::function<const char*(const c
       world_size, expected);
 }
 
+namespace {
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+}  // namespace
+
+int Runtime::stop_signal() { return g_stop_signal.load(); }
+
 Runtime::Runtime(int& argc, char**& argv) {
+  // Stop requests are handled between iterations instead of killing the process
+  // mid-step (SIGUSR1's default action would), so nothing written is lost.
+  std::signal(SIGUSR1, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+
   // Big per-step tensors (logits and their gradients) would otherwise be mmapped
   // and returned to the kernel every step: keep freed memory in the process.
   mallopt(M_MMAP_MAX, 0);

@@ -35,6 +35,13 @@ void sync_device(torch::Device d) {
 #endif
 }
 
+// The stop signal seen by any rank (0 = none): all ranks stop after the same iteration.
+int stop_signal_any_rank() {
+  int mine = Runtime::stop_signal(), any = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return any;
+}
+
 // Mean of a per-rank scalar over all ranks.
 double mean_over_ranks(double v, int world) {
   double sum = 0;
@@ -192,6 +199,14 @@ TrainResult Trainer::run() {
     return result;
   }
   ProgressBar bar(0, cfg.max_iters, ProgressBar::detect_mode());
+  // Console lines go around the bar; with the bar off (LLMTRAIN_PROGRESS=off, or
+  // not rank 0) they are plain rank-0 lines.
+  auto say = [&bar](const std::string& line) {
+    if (bar.mode() == ProgressBar::Mode::off)
+      log::info("{}", line);
+    else
+      bar.print_line(line);
+  };
   for (int64_t iter = 0; iter < cfg.max_iters; ++iter) {
     const IterationMetrics it = m.train_step(iter);
     m.run_log->add_iteration(it.to_json());
@@ -204,20 +219,30 @@ TrainResult Trainer::run() {
                               "raise warmup_iters",
                               it.loss, iter, it.lr));
     const bool last = iter + 1 == cfg.max_iters;
-    if (iter % cfg.log_interval == 0 || last) bar.print_line(format_iteration_line(it, cfg.max_iters));
+    if (iter % cfg.log_interval == 0 || last) say(format_iteration_line(it, cfg.max_iters));
     bar.update(iter + 1);
     if ((iter + 1) % cfg.eval_interval == 0 || last) {
       result.final_train_loss = m.evaluate("train");
       result.final_val_loss = m.evaluate("val");
       m.run_log->add_eval({{"iter", iter + 1}, {"train_loss", result.final_train_loss},
                            {"val_loss", result.final_val_loss}});
-      bar.print_line(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", iter + 1,
+      say(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", iter + 1,
                                  result.final_train_loss, result.final_val_loss));
       m.run_log->flush(/*force=*/true);
     } else {
       m.run_log->flush();
     }
     result.iterations = iter + 1;
+    if (const int sig = stop_signal_any_rank()) {
+      result.stopped_by_signal = sig;
+      const std::string msg = fmt::format(
+          "stopped by signal {} after iteration {} of {}; checkpoints are not built yet, so this run cannot be "
+          "resumed (the run log up to here is complete)",
+          sig, iter + 1, cfg.max_iters);
+      m.run_log->add_error(msg);
+      say(msg);
+      break;
+    }
   }
   bar.finish();
   const auto summary = m.metrics->summary(cfg.warmup_report_iters);

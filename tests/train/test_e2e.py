@@ -121,6 +121,38 @@ elif case == "refusals":
                 print(p.stdout)
                 sys.exit(f"FAILED: {' '.join(cmd[2:])} on {n} rank(s): expected an error containing {expect!r}")
     print("every bad input refused with a message naming it")
+elif case == "stop_signal":
+    # SIGUSR1 (Slurm's pre-emption warning, forwarded by mpirun to the ranks) ends
+    # the run after the current iteration with a complete run log, on every rank.
+    import signal
+    import time
+    data = prepare()
+    cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
+    p = subprocess.Popen(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", "--out_dir=out",
+                             "--max_iters=100000", "--log_interval=1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
+    import threading
+    watchdog = threading.Timer(180, p.kill)  # never hang the suite if no iteration line appears
+    watchdog.start()
+    seen = 0
+    for line in p.stdout:  # wait until training runs
+        if line.startswith("iter "):
+            seen += 1
+            if seen == 3:
+                p.send_signal(signal.SIGUSR1)
+                break
+    rest = p.communicate(timeout=120)[0]
+    watchdog.cancel()
+    assert seen == 3, f"no iteration lines seen before exit\n{rest}"
+    logs = glob.glob(os.path.join(work, "out", "run_*.json"))
+    assert p.returncode == 128 + signal.SIGUSR1, f"exit code {p.returncode}\n{rest}"
+    with open(logs[0]) as f:
+        log = json.load(f)
+    n = len(log["training_iterations"])
+    assert 3 <= n < 100000, n
+    assert any("stopped by signal" in e for e in log["errors"]), log["errors"]
+    assert log["summary"], "summary missing after a signal"
+    print(f"stopped cleanly after {n} iterations; run log complete")
 else:
     sys.exit(f"unknown case {case}")
 print("PASS")

@@ -40,6 +40,10 @@ class Runtime {
   std::vector<std::string> all_device_names() const;
 
   void barrier() const;
+  // SIGUSR1 (Slurm's warning before the time limit / pre-emption, forwarded by
+  // jobs/common.sh) or SIGTERM received by this process: the trainer ends the
+  // iteration it is in, writes its run log and stops. 0 when none.
+  static int stop_signal();
   // Ends every rank of the job with `code` (MPI_Abort); used after an error.
   [[noreturn]] static void abort(int code);
 

@@ -14,6 +14,7 @@ struct TrainResult {
   double final_train_loss = 0, final_val_loss = 0;
   double tokens_per_sec = 0;     // global, warm-up iterations excluded
   std::string run_log_path;
+  int stopped_by_signal = 0;     // SIGUSR1/SIGTERM ended the run before max_iters
 };
 
 class Trainer {
