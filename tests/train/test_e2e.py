@@ -2,10 +2,11 @@
 """End-to-end checks of the real binaries under mpiexec (driven by CTest).
 
   loss_falls   2 ranks train tiny_llama on prepared SOTU text; the loss falls.
-  dp_equal     1 rank x batch 2B, 2 ranks x batch B and 1 rank x batch B x accum 2
-               see the same data (world-size-independent order) and must give the
-               same per-iteration loss and gradient norm and the same final eval
-               losses (fp32 tolerance): data parallelism changes nothing.
+  dp_equal     1 rank x batch 2B, 2 ranks x batch B, 1 rank x batch B x accum 2, and
+               2 ranks x batch B/2 x accum 2 under ZeRO-1 and FSDP see the same data
+               (world-size-independent order) and must give the same per-iteration
+               loss and gradient norm and the same final eval losses (fp32
+               tolerance): the parallel strategy changes nothing.
   refusals     bad input and unbuilt features fail with a message naming the key/file.
 
 Usage: test_e2e.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
@@ -83,6 +84,10 @@ elif case == "dp_equal":
         "2 ranks x batch 4": train(2, data, "r2", "--batch_size=4", *common),
         "1 rank x batch 4 x accum 2": train(1, data, "r1a", "--batch_size=4", "--gradient_accumulation_steps=2",
                                             *common),
+        "2 ranks x batch 2 x accum 2, ZeRO-1": train(2, data, "rz", "--batch_size=2", "--gradient_accumulation_steps=2",
+                                                     "--use_zero1=True", *common),
+        "2 ranks x batch 2 x accum 2, FSDP": train(2, data, "rf", "--batch_size=2", "--gradient_accumulation_steps=2",
+                                                   "--use_fsdp=True", *common),
     }
     ref_name, ref = next(iter(runs.items()))
     ok = True
