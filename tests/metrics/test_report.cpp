@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "run_command.hpp"
 #include "llmtrain/train/run_log.hpp"
 #include "test_util.hpp"
 
@@ -21,21 +22,8 @@ namespace {
 std::string fixture(const std::string& name) {
   return (fs::path(llmtrain::testing::source_dir()) / "tests/metrics/fixtures" / name).string();
 }
-struct Result {
-  int rc;
-  std::string out;
-};
-Result run(const std::string& cmd) {
-  Result r{-1, ""};
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = llmtrain::testing::CommandResult;
+inline Result run(const std::string& cmd) { return llmtrain::testing::run_command(cmd); }
 std::string report_bin() { return (fs::path(llmtrain::testing::build_dir()) / "bin/llmtrain-report").string(); }
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "run_command.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/train/metrics.hpp"
 
@@ -31,21 +32,8 @@ std::string env_or(const char* k, const char* def) {
 const std::string kBuild = env_or("LLMTRAIN_BUILD_DIR", LLMTRAIN_SCHEMA_BUILD_DIR);
 const std::string kSource = env_or("LLMTRAIN_SOURCE_DIR", LLMTRAIN_SCHEMA_SOURCE_DIR);
 
-struct Result {
-  int rc;
-  std::string out;
-};
-Result run(const std::string& cmd) {
-  Result r{-1, ""};
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = llmtrain::testing::CommandResult;
+inline Result run(const std::string& cmd) { return llmtrain::testing::run_command(cmd); }
 
 constexpr int kRanks = 2, kIters = 8, kBatch = 2, kAccum = 2, kBlock = 32, kGradLog = 2;
 
