@@ -38,6 +38,11 @@ std::unique_ptr<CommWork> Collectives::reduce_scatter_sum_async(const torch::Ten
   return std::make_unique<DoneWork>();
 }
 
+std::unique_ptr<CommWork> Collectives::all_gather_async(const torch::Tensor& in, torch::Tensor& out) {
+  all_gather(in, out);
+  return std::make_unique<DoneWork>();
+}
+
 // ---- MPI ----------------------------------------------------------------------
 
 namespace {
@@ -217,18 +222,9 @@ class MpiCollectives final : public Collectives {
   }
 
   void all_gather(const torch::Tensor& in, torch::Tensor& out) override {
-    check(in, "all_gather");
-    check(out, "all_gather");
-    LLMTRAIN_CHECK(out.numel() == in.numel() * world_ && in.scalar_type() == out.scalar_type(),
-                   "all_gather: output has {} elements of {}, expected world_size {} x {} elements of {}",
-                   out.numel(), c10::toString(out.scalar_type()), world_, in.numel(),
-                   c10::toString(in.scalar_type()));
+    check_ag(in, out);
     ++calls_;
-    // The input already sitting at this rank's place in the output (ZeRO-1
-    // updates its shard in place) is MPI_IN_PLACE.
-    const auto* mine = static_cast<const char*>(out.data_ptr()) + rank_ * in.nbytes();
-    const void* send = in.data_ptr() == mine ? MPI_IN_PLACE : in.data_ptr();
-    MPI_CHECK(MPI_Allgather(send, count(in), type(in), out.data_ptr(), count(in), type(in), comm_));
+    MPI_CHECK(MPI_Allgather(ag_send(in, out), count(in), type(in), out.data_ptr(), count(in), type(in), comm_));
   }
 
   std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t) override {
@@ -267,6 +263,23 @@ class MpiCollectives final : public Collectives {
     return std::make_unique<MpiWork>(req);
   }
 
+  std::unique_ptr<CommWork> all_gather_async(const torch::Tensor& in, torch::Tensor& out) override {
+    check_ag(in, out);
+    ++calls_;
+    if (use_thread(out.nbytes())) {
+      const void* src = ag_send(in, out);
+      void* dst = out.data_ptr();
+      const int n = count(in);
+      MPI_Datatype ty = type(in);
+      MPI_Comm comm = thread_comm_;
+      return std::make_unique<ThreadWork>(thread_->submit(
+          [=] { MPI_CHECK(MPI_Allgather(src, n, ty, dst, n, ty, comm)); }));
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Iallgather(ag_send(in, out), count(in), type(in), out.data_ptr(), count(in), type(in), comm_, &req));
+    return std::make_unique<MpiWork>(req);
+  }
+
  private:
   // Above 32 MiB Open MPI's temporary buffers allocated on the communication
   // thread come from a glibc per-thread arena, which cannot hold them (its
@@ -294,6 +307,20 @@ class MpiCollectives final : public Collectives {
                    "reduce_scatter_sum: input has {} elements of {}, expected world_size {} x {} elements of {}",
                    in.numel(), c10::toString(in.scalar_type()), world_, out.numel(),
                    c10::toString(out.scalar_type()));
+  }
+  void check_ag(const torch::Tensor& in, const torch::Tensor& out) const {
+    check(in, "all_gather");
+    check(out, "all_gather");
+    LLMTRAIN_CHECK(out.numel() == in.numel() * world_ && in.scalar_type() == out.scalar_type(),
+                   "all_gather: output has {} elements of {}, expected world_size {} x {} elements of {}",
+                   out.numel(), c10::toString(out.scalar_type()), world_, in.numel(),
+                   c10::toString(in.scalar_type()));
+  }
+  // The input already sitting at this rank's place in the output (ZeRO-1
+  // updates its shard in place) is MPI_IN_PLACE.
+  const void* ag_send(const torch::Tensor& in, const torch::Tensor& out) const {
+    const auto* mine = static_cast<const char*>(out.data_ptr()) + rank_ * in.nbytes();
+    return in.data_ptr() == mine ? MPI_IN_PLACE : in.data_ptr();
   }
   static int count(const torch::Tensor& t) { return static_cast<int>(t.numel()); }
   MPI_Datatype type(const torch::Tensor& t) const {

@@ -71,16 +71,7 @@ class NcclCollectives final : public Collectives {
   void reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
     reduce_scatter_sum_async(in, out)->wait();
   }
-  void all_gather(const torch::Tensor& in, torch::Tensor& out) override {
-    check(in, "all_gather");
-    check(out, "all_gather");
-    LLMTRAIN_CHECK(out.numel() == in.numel() * world_ && in.scalar_type() == out.scalar_type(),
-                   "all_gather: output has {} elements, expected world_size {} x {}", out.numel(), world_,
-                   in.numel());
-    enqueue({in, out}, [&](nccl::Stream s) {
-      comm_->all_gather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in), s);
-    })->wait();
-  }
+  void all_gather(const torch::Tensor& in, torch::Tensor& out) override { all_gather_async(in, out)->wait(); }
 
   std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t) override {
     check(t, "allreduce_sum");
@@ -94,6 +85,17 @@ class NcclCollectives final : public Collectives {
                    out.numel());
     return enqueue({in, out}, [&](nccl::Stream s) {
       comm_->reduce_scatter_sum(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(out), s);
+    });
+  }
+
+  std::unique_ptr<CommWork> all_gather_async(const torch::Tensor& in, torch::Tensor& out) override {
+    check(in, "all_gather");
+    check(out, "all_gather");
+    LLMTRAIN_CHECK(out.numel() == in.numel() * world_ && in.scalar_type() == out.scalar_type(),
+                   "all_gather: output has {} elements, expected world_size {} x {}", out.numel(), world_,
+                   in.numel());
+    return enqueue({in, out}, [&](nccl::Stream s) {
+      comm_->all_gather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in), s);
     });
   }
 

@@ -62,12 +62,13 @@ class FsdpStrategy final : public Strategy {
     torch::Tensor grad_shard;   // (numel/W,)
     std::unique_ptr<FlatAdamW> adam;
     bool resident = false;      // full parameters never freed (root without hooks)
-    bool gathered = false;
+    bool gathered = false;      // full storage allocated; values ready once gather_work is done
+    std::unique_ptr<CommWork> gather_work;  // a prefetch in flight
     bool reduced = false;       // reduce-scattered in the current backward
   };
 
   FsdpStrategy(const Config& c, const ParamGroups& g, Collectives& comm, bool hooked)
-      : comm_(comm), hyper_{c.beta1, c.beta2, kAdamEps, c.weight_decay}, hooked_(hooked) {
+      : comm_(comm), hyper_{c.beta1, c.beta2, kAdamEps, c.weight_decay}, hooked_(hooked), prefetch_(c.fsdp_prefetch) {
     const int W = comm.world_size();
     {
       // Every rank starts from rank 0's values.
@@ -146,6 +147,8 @@ class FsdpStrategy final : public Strategy {
   ~FsdpStrategy() override {
     if (hooks_) hooks_->detach();
     if (pending_.work) pending_.work->wait();  // MPI may still write its buffers
+    for (auto& u : units_)
+      if (u.gather_work) u.gather_work->wait();
   }
 
   void set_hooks(std::shared_ptr<FsdpHooks> h) { hooks_ = std::move(h); }
@@ -196,6 +199,7 @@ class FsdpStrategy final : public Strategy {
       // Full copies still held (resident root, materialize_parameters) must
       // not go stale.
       if (u.gathered) {
+        settle(u);
         u.gathered = false;
         gather(u);
       }
@@ -220,15 +224,28 @@ class FsdpStrategy final : public Strategy {
   }
 
   // ---- called from the hooks and the autograd Functions ----
+  // With prefetch, the all-gather of the block that runs next starts as soon as
+  // the current block's parameters are ready, so it travels while the current
+  // block computes: forward, block i prefetches i+1 (the root's forward
+  // prefetches block 0); backward, block i prefetches i-1. Every rank issues
+  // the same sequence of collectives.
   void before_forward() {
+    if (prefetch_ && !block_unit_.empty()) start_gather(block(0));
     if (root_ >= 0) gather(units_[static_cast<size_t>(root_)]);
   }
   torch::Tensor run_block(int64_t i, const torch::Tensor& x,
                           const std::function<torch::Tensor(const torch::Tensor&)>& body);
-  void gather(int u) { gather(units_.at(static_cast<size_t>(u))); }
-  void release(int u) { free(units_.at(static_cast<size_t>(u))); }
-  void reduce_and_release(int u) {
-    auto& unit = units_.at(static_cast<size_t>(u));
+  void gather_for_forward(int64_t i) {
+    gather(block(i));
+    if (prefetch_ && i + 1 < num_blocks()) start_gather(block(i + 1));
+  }
+  void gather_for_backward(int64_t i) {
+    gather(block(i));
+    if (prefetch_ && i > 0) start_gather(block(i - 1));
+  }
+  void release(int64_t i) { free(block(i)); }
+  void reduce_and_release(int64_t i) {
+    auto& unit = block(i);
     reduce(unit);
     free(unit);
   }
@@ -241,15 +258,38 @@ class FsdpStrategy final : public Strategy {
     exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
+  int64_t num_blocks() const { return static_cast<int64_t>(block_unit_.size()); }
+  Unit& block(int64_t i) { return units_.at(static_cast<size_t>(block_unit_.at(static_cast<size_t>(i)))); }
+
+  // The unit's full parameters, ready to read: waits for its prefetch, or
+  // gathers now.
   void gather(Unit& u) {
+    if (u.gather_work) return settle(u);
     if (u.gathered) return;
     resize_storage(u.full, u.numel * u.full.element_size());
     timed([&] { comm_.all_gather(u.shard, u.full); });
     u.gathered = true;
   }
 
+  // Starts the unit's all-gather and returns (a no-op when it is gathered or
+  // on its way).
+  void start_gather(Unit& u) {
+    if (u.gathered) return;
+    resize_storage(u.full, u.numel * u.full.element_size());
+    u.gather_work = comm_.all_gather_async(u.shard, u.full);
+    u.gathered = true;
+  }
+
+  // Waits for a prefetch in flight; what is left of its transfer is exposed.
+  void settle(Unit& u) {
+    if (!u.gather_work) return;
+    timed([&] { u.gather_work->wait(); });
+    u.gather_work.reset();
+  }
+
   void free(Unit& u) {
     if (u.resident || !u.gathered) return;
+    settle(u);  // a collective may still write the buffer
     resize_storage(u.full, 0);
     u.gathered = false;
   }
@@ -295,6 +335,7 @@ class FsdpStrategy final : public Strategy {
   Collectives& comm_;
   AdamWHyper hyper_;
   bool hooked_;
+  bool prefetch_;
   std::vector<Unit> units_;
   std::vector<int> block_unit_;  // block index -> unit
   int root_ = -1;
@@ -304,35 +345,36 @@ class FsdpStrategy final : public Strategy {
   int64_t state_bytes_ = 0;
 };
 
-// Before the block: forward gathers its parameters; backward (after every op of
+// Before the block: forward gathers its parameters (and prefetches the next
+// block's); backward (after every op of
 // the block, hence after its parameters' AccumulateGrad, which the engine runs
 // first) reduce-scatters their gradients and frees the full buffers.
 struct GatherBefore : torch::autograd::Function<GatherBefore> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t self, int64_t unit) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t self, int64_t block) {
     ctx->saved_data["self"] = self;
-    ctx->saved_data["unit"] = unit;
-    reinterpret_cast<FsdpStrategy*>(self)->gather(static_cast<int>(unit));
+    ctx->saved_data["block"] = block;
+    reinterpret_cast<FsdpStrategy*>(self)->gather_for_forward(block);
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     reinterpret_cast<FsdpStrategy*>(ctx->saved_data["self"].toInt())
-        ->reduce_and_release(static_cast<int>(ctx->saved_data["unit"].toInt()));
+        ->reduce_and_release(ctx->saved_data["block"].toInt());
     return {grad[0], torch::Tensor(), torch::Tensor()};
   }
 };
 
 // After the block: forward frees the full parameters; backward (before the
-// block's backward) gathers them again.
+// block's backward) gathers them again (and prefetches the previous block's).
 struct GatherAfter : torch::autograd::Function<GatherAfter> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor y, int64_t self, int64_t unit) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor y, int64_t self, int64_t block) {
     ctx->saved_data["self"] = self;
-    ctx->saved_data["unit"] = unit;
-    reinterpret_cast<FsdpStrategy*>(self)->release(static_cast<int>(unit));
+    ctx->saved_data["block"] = block;
+    reinterpret_cast<FsdpStrategy*>(self)->release(block);
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     reinterpret_cast<FsdpStrategy*>(ctx->saved_data["self"].toInt())
-        ->gather(static_cast<int>(ctx->saved_data["unit"].toInt()));
+        ->gather_for_backward(ctx->saved_data["block"].toInt());
     return {grad[0], torch::Tensor(), torch::Tensor()};
   }
 };
@@ -342,9 +384,8 @@ torch::Tensor FsdpStrategy::run_block(int64_t i, const torch::Tensor& x,
   LLMTRAIN_CHECK(i >= 0 && i < static_cast<int64_t>(block_unit_.size()),
                  "FSDP: the model ran block {}, but {} blocks were sharded", i, block_unit_.size());
   const auto self = reinterpret_cast<int64_t>(this);
-  const int64_t u = block_unit_[static_cast<size_t>(i)];
-  auto y = body(GatherBefore::apply(x, self, u));
-  return GatherAfter::apply(y, self, u);
+  auto y = body(GatherBefore::apply(x, self, i));
+  return GatherAfter::apply(y, self, i);
 }
 
 FsdpStrategy* FsdpHooks::live() const {

@@ -13,6 +13,9 @@
 // their gradients are reduce-scattered and everything full is freed (custom
 // autograd Functions around the block; recompute-free: autograd's saved views
 // share the full buffer's storage, which is resized, never replaced).
+// With fsdp_prefetch the gather of the block that runs next is started when
+// the current block's parameters are ready (forward: i+1, backward: i-1), so
+// at most two blocks are full at a time and the transfer overlaps compute.
 #pragma once
 #include <memory>
 

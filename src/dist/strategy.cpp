@@ -1,7 +1,9 @@
 #include "llmtrain/dist/strategy.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <unordered_set>
+#include <vector>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -148,22 +150,33 @@ class Zero1Strategy final : public Strategy {
     // On the buckets' device: NCCL reduces device memory only.
     const auto device = buckets_.buckets().empty() ? torch::Device(torch::kCPU) : buckets_.buckets()[0].grad.device();
     auto t = torch::tensor({sq}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
+    const auto t0 = std::chrono::steady_clock::now();
     comm_.allreduce_sum(t);
-    return std::sqrt(t.item<double>());
+    const double norm = std::sqrt(t.item<double>());
+    exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return norm;
   }
 
+  // Each bucket's parameter all-gather starts as soon as its shard is updated
+  // and travels while the next shards are updated; the wait at the end is the
+  // exposed part.
   void step(double lr, double clip_coef) override {
     torch::NoGradGuard no_grad;
     ++step_;
     auto& bs = buckets_.buckets();
+    std::vector<std::unique_ptr<CommWork>> gathers;
     for (size_t i = 0; i < bs.size(); ++i) {
       auto& sh = shards_[i];
       auto g = clip_coef != 1.0 ? bs[i].grad_shard * clip_coef : bs[i].grad_shard;
       auto& master = sh.master.defined() ? sh.master : sh.param;
       sh.adam.step(master, g, lr, hyper_, step_);
       if (sh.master.defined()) sh.param.copy_(sh.master);
-      comm_.all_gather(sh.param, bs[i].param);  // in place: this rank's shard sits in the bucket
+      for (auto& w : gathers) w->test();  // MPI progresses nonblocking collectives inside its calls
+      gathers.push_back(comm_.all_gather_async(sh.param, bs[i].param));  // in place: the shard sits in the bucket
     }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto& w : gathers) w->wait();
+    exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     buckets_.zero();
   }
 

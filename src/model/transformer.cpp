@@ -256,6 +256,7 @@ std::vector<torch::Tensor> TransformerImpl::no_decay_parameters() {
 }
 
 void TransformerImpl::set_forward_hooks(std::shared_ptr<ForwardHooks> hooks) { parts_->hooks = std::move(hooks); }
+std::shared_ptr<ForwardHooks> TransformerImpl::forward_hooks() const { return parts_->hooks; }
 
 std::vector<std::shared_ptr<torch::nn::Module>> TransformerImpl::blocks() {
   std::vector<std::shared_ptr<torch::nn::Module>> out;

@@ -217,6 +217,14 @@ void Metrics::start_iter() {
   iter_t0_ = Clock::now();
 }
 
+double Metrics::move_seconds(Phase from, Phase to, double seconds) {
+  auto& src = phase_s_[static_cast<int>(from)];
+  const double moved = std::clamp(seconds, 0.0, src);
+  src -= moved;
+  phase_s_[static_cast<int>(to)] += moved;
+  return moved;
+}
+
 IterationMetrics Metrics::end_iter(int64_t iter, double loss, double lr, std::optional<double> grad_norm,
                                    std::optional<GradNormStats> grad_stats) {
   const auto t1 = Clock::now();

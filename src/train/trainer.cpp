@@ -143,6 +143,7 @@ struct Trainer::Impl {
   IterationMetrics train_step(int64_t iter) {
     sync_device(device);
     metrics->start_iter();
+    strategy->take_exposed_comm_seconds();                    // drop waits from before (eval's FSDP gathers)
     const double lr = schedule.at(iter);
     const int64_t accum = cfg.gradient_accumulation_steps;
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
@@ -161,10 +162,12 @@ struct Trainer::Impl {
       strategy->backward(loss, /*last_micro=*/micro + 1 == accum);  // DDP: reduces only on the last
       loss_sum += loss.detach().to(torch::kFloat);
     }
+    charge_exposed_comm(Phase::forward_backward);             // FSDP: gathers not hidden by prefetch
     {
       auto t = metrics->phase(Phase::communication);          // only what did not overlap
       strategy->finish_gradients();                           // gradients now averaged over ranks
     }
+    charge_exposed_comm(Phase::communication);
     double grad_norm = 0;
     std::optional<GradNormStats> grad_stats;
     {
@@ -175,11 +178,18 @@ struct Trainer::Impl {
         grad_stats = summarize_grad_norms(parameter_grad_norms(named_parameters()), grad_norm, cfg.grad_clip);
       strategy->step(lr, clip ? cfg.grad_clip / (grad_norm + 1e-6) : 1.0);  // AdamW (sharded: ZeRO-1/FSDP)
     }
+    charge_exposed_comm(Phase::optimizer);                    // sharded: norm allreduce, parameter gathers
     const double loss = mean_over_ranks(loss_sum.item<double>(), rt.world_size());
     sync_device(device);
     return metrics->end_iter(iter, loss, lr, grad_norm, grad_stats);
   }
   // ---- TRAINING STEP END ----
+
+  // The strategy's waits on communication inside `phase` count as
+  // communication (for the communication phase itself this moves nothing).
+  void charge_exposed_comm(Phase phase) {
+    metrics->move_seconds(phase, Phase::communication, strategy->take_exposed_comm_seconds());
+  }
 };
 
 Trainer::Trainer(const Config& config, Runtime& rt) : impl_(std::make_unique<Impl>(config, rt)) {}

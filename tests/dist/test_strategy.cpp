@@ -2,6 +2,7 @@
 // many), ZeRO-1, clipping on the global norm, no traffic before the last
 // micro-step; FSDP against DDP. The model is a small module of its own with 187 parameters (a
 // prime factorization of 11 x 17: no world size divides it).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -344,8 +345,11 @@ TEST(Strategy, FsdpBf16ParametersUseFp32MasterLikeZero1) {
 // Parameter counts per block (and root) do not divide 2 or 3. Memory: what FSDP
 // keeps between iterations is 1/W of DDP's (plus padding).
 TEST(Strategy, TransformerFsdpEqualsDdpAndShardsMemory) {
-  // FSDP's reduce-scatters run async (one in flight): both ways.
-  for (auto mode : {MpiAsync::nonblocking, MpiAsync::comm_thread}) {
+  // FSDP's reduce-scatters (one in flight) and prefetched gathers run async:
+  // both MPI ways, with and without prefetch.
+  for (auto mode : {MpiAsync::nonblocking, MpiAsync::comm_thread})
+  for (bool prefetch : {true, false}) {
+  SCOPED_TRACE(fmt::format("{} prefetch {}", mode == MpiAsync::nonblocking ? "nonblocking" : "comm thread", prefetch));
   auto c = make_collectives(testing::runtime(), torch::kCPU, mode);
   const int W = c->world_size(), r = c->rank();
   ModelConfig mc;
@@ -365,6 +369,7 @@ TEST(Strategy, TransformerFsdpEqualsDdpAndShardsMemory) {
   auto run = [&](bool fsdp) {
     auto cfg = config(kAccum);
     cfg.use_fsdp = fsdp;
+    cfg.fsdp_prefetch = prefetch;
     Transformer model(mc);
     model->init_weights(r == 0 ? 1 : 60 + r);
     auto strategy = make_strategy(cfg, model, *c);
@@ -401,6 +406,100 @@ TEST(Strategy, TransformerFsdpEqualsDdpAndShardsMemory) {
   EXPECT_GE(fsdp.persistent, 16 * N / W);
   EXPECT_LE(fsdp.persistent, 16 * ((N + W - 1) / W + 4));
   }
+}
+
+// Passes every collective on and logs it ("ag" all-gather, "rs" reduce-scatter,
+// "ar" allreduce, "bc" broadcast) in the order it was issued.
+class RecordingCollectives final : public Collectives {
+ public:
+  RecordingCollectives(Collectives& inner, std::vector<std::string>& log) : in_(inner), log_(log) {}
+  std::string name() const override { return in_.name(); }
+  int rank() const override { return in_.rank(); }
+  int world_size() const override { return in_.world_size(); }
+  void allreduce_sum(torch::Tensor& t) override { log_.push_back("ar"), in_.allreduce_sum(t); }
+  void broadcast(torch::Tensor& t, int root) override { log_.push_back("bc"), in_.broadcast(t, root); }
+  void reduce_scatter_sum(const torch::Tensor& i, torch::Tensor& o) override {
+    log_.push_back("rs"), in_.reduce_scatter_sum(i, o);
+  }
+  void all_gather(const torch::Tensor& i, torch::Tensor& o) override { log_.push_back("ag"), in_.all_gather(i, o); }
+  std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t) override {
+    return log_.push_back("ar"), in_.allreduce_sum_async(t);
+  }
+  std::unique_ptr<CommWork> reduce_scatter_sum_async(const torch::Tensor& i, torch::Tensor& o) override {
+    return log_.push_back("rs"), in_.reduce_scatter_sum_async(i, o);
+  }
+  std::unique_ptr<CommWork> all_gather_async(const torch::Tensor& i, torch::Tensor& o) override {
+    return log_.push_back("ag"), in_.all_gather_async(i, o);
+  }
+
+ private:
+  Collectives& in_;
+  std::vector<std::string>& log_;
+};
+
+// Around the strategy's hooks: logs "fwd i" when block i's body starts and
+// "bwd i" when its backward starts (the gradient of its output arrives).
+class RecordingHooks final : public ForwardHooks {
+ public:
+  RecordingHooks(std::shared_ptr<ForwardHooks> inner, std::vector<std::string>& log) : in_(std::move(inner)), log_(log) {}
+  void before_forward() override { in_->before_forward(); }
+  torch::Tensor run_block(int64_t i, const torch::Tensor& x,
+                          const std::function<torch::Tensor(const torch::Tensor&)>& body) override {
+    return in_->run_block(i, x, [&, i](const torch::Tensor& h) {
+      log_.push_back(fmt::format("fwd {}", i));
+      auto y = body(h);
+      y.register_hook([this, i](torch::Tensor g) {
+        log_.push_back(fmt::format("bwd {}", i));
+        return g;
+      });
+      return y;
+    });
+  }
+
+ private:
+  std::shared_ptr<ForwardHooks> in_;
+  std::vector<std::string>& log_;
+};
+
+// Prefetch: block i+1's all-gather is issued before block i computes in
+// forward (the root's forward issues block 0's), block i-1's before block i's
+// backward; without it each gather comes right before its block. The same
+// sequence on every rank (the test runs at 2 and 3 ranks), and the same loss.
+TEST(Strategy, FsdpPrefetchIssuesTheNextBlocksGatherBeforeTheCurrentBlockComputes) {
+  auto c = comm();
+  ModelConfig mc;
+  mc.vocab_size = mc.padded_vocab = 19;
+  mc.block_size = 8;
+  mc.n_layer = 3, mc.n_head = 2, mc.n_kv_head = 2, mc.n_embd = 8, mc.head_dim = 4, mc.ffn_hidden = 12;
+  torch::manual_seed(5);
+  const auto tokens = torch::randint(0, mc.vocab_size, {2, mc.block_size + 1}, torch::kLong);
+  auto run = [&](bool prefetch, double* loss_out) {
+    std::vector<std::string> log;
+    RecordingCollectives rec(*c, log);
+    Transformer model(mc);
+    model->init_weights(3);
+    auto cfg = config(1);
+    cfg.use_fsdp = true;
+    cfg.fsdp_prefetch = prefetch;
+    auto strategy = make_strategy(cfg, model, rec);
+    model->set_forward_hooks(std::make_shared<RecordingHooks>(model->forward_hooks(), log));
+    log.clear();  // the start-up broadcasts
+    auto loss = model->loss(tokens.narrow(1, 0, mc.block_size), tokens.narrow(1, 1, mc.block_size));
+    log.push_back("|");
+    strategy->backward(loss, /*last_micro=*/true);
+    *loss_out = loss.item<double>();
+    std::string s;
+    for (const auto& e : log) s += (s.empty() ? "" : ", ") + e;
+    return s;
+  };
+  double with = 0, without = 0;
+  // forward: block 0 (prefetched by the root), the root, block 1 ... ; backward:
+  // block 2 (gathered), block 1 (prefetched) ...; the root's reduce-scatter last.
+  EXPECT_EQ(run(true, &with),
+            "ag, ag, ag, fwd 0, ag, fwd 1, fwd 2, |, ag, ag, bwd 2, rs, ag, bwd 1, rs, bwd 0, rs, rs");
+  EXPECT_EQ(run(false, &without),
+            "ag, ag, fwd 0, ag, fwd 1, ag, fwd 2, |, ag, bwd 2, rs, ag, bwd 1, rs, ag, bwd 0, rs, rs");
+  EXPECT_EQ(with, without);
 }
 
 TEST(Strategy, FsdpHooksOutliveTheStrategyWithAClearError) {

@@ -176,6 +176,32 @@ TEST(Metrics, PhasesSumToTheIterationTime) {
     EXPECT_TRUE(j.contains(k)) << k;
 }
 
+// A strategy's waits inside forward/backward or the optimizer step are moved
+// to communication: never more than the phase holds, phases still sum to dt.
+TEST(Metrics, ExposedCommMovesIntoCommunication) {
+  MetricsSetup s;
+  s.flops_per_token = 1e6;
+  s.tokens_per_iter = 4096;
+  Metrics metrics(s);
+  metrics.start_iter();
+  { auto t = metrics.phase(Phase::forward_backward); std::this_thread::sleep_for(std::chrono::milliseconds(6)); }
+  { auto t = metrics.phase(Phase::optimizer); std::this_thread::sleep_for(std::chrono::milliseconds(3)); }
+  EXPECT_DOUBLE_EQ(metrics.move_seconds(Phase::forward_backward, Phase::communication, 0.004), 0.004);
+  const double moved = metrics.move_seconds(Phase::optimizer, Phase::communication, 10.0);  // more than it holds
+  EXPECT_GE(moved, 0.003);
+  EXPECT_LT(moved, 1.0);
+  EXPECT_DOUBLE_EQ(metrics.move_seconds(Phase::optimizer, Phase::communication, 0.001), 0.0);  // nothing left
+  EXPECT_DOUBLE_EQ(metrics.move_seconds(Phase::data, Phase::communication, -1.0), 0.0);
+  const auto m = metrics.end_iter(0, 2.5, 3e-4, 0.7);
+  EXPECT_TRUE(m.errors.empty()) << m.errors[0];
+  EXPECT_EQ(m.phase_ms[static_cast<int>(Phase::optimizer)], 0.0);
+  EXPECT_NEAR(m.phase_ms[static_cast<int>(Phase::communication)], 4.0 + moved * 1e3, 1e-9);
+  EXPECT_GE(m.phase_ms[static_cast<int>(Phase::forward_backward)], 2.0);
+  double sum = m.other_ms;
+  for (double p : m.phase_ms) sum += p;
+  EXPECT_NEAR(sum, m.dt_ms, 1e-9);
+}
+
 TEST(Metrics, SummarySkipsWarmupAndIsTimeWeighted) {
   nlohmann::json recs = nlohmann::json::array();
   // 2 warm-up records at 1000 ms, then 3 at 100 ms and 300 ms: 1000 tokens each.

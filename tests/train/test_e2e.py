@@ -3,10 +3,12 @@
 
   loss_falls   2 ranks train tiny_llama on prepared SOTU text; the loss falls.
   dp_equal     1 rank x batch 2B, 2 ranks x batch B, 1 rank x batch B x accum 2, and
-               2 ranks x batch B/2 x accum 2 under ZeRO-1 and FSDP see the same data
+               2 ranks x batch B/2 x accum 2 under ZeRO-1 and FSDP (with and without
+               prefetch) see the same data
                (world-size-independent order) and must give the same per-iteration
                loss and gradient norm and the same final eval losses (fp32
-               tolerance): the parallel strategy changes nothing.
+               tolerance): the parallel strategy changes nothing. FSDP's waits
+               inside forward/backward show up as communication_ms.
   refusals     bad input and unbuilt features fail with a message naming the key/file.
 
 Usage: test_e2e.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
@@ -88,6 +90,9 @@ elif case == "dp_equal":
                                                      "--use_zero1=True", *common),
         "2 ranks x batch 2 x accum 2, FSDP": train(2, data, "rf", "--batch_size=2", "--gradient_accumulation_steps=2",
                                                    "--use_fsdp=True", *common),
+        "2 ranks x batch 2 x accum 2, FSDP without prefetch": train(
+            2, data, "rfn", "--batch_size=2", "--gradient_accumulation_steps=2", "--use_fsdp=True",
+            "--fsdp_prefetch=False", *common),
     }
     ref_name, ref = next(iter(runs.items()))
     ok = True
@@ -105,6 +110,20 @@ elif case == "dp_equal":
         print(f"{name}: final val loss {ea['val_loss']:.6f}, last train loss "
               f"{log['training_iterations'][-1]['loss']:.6f}")
     assert ok, "data-parallel runs disagree"
+    for name, log in runs.items():
+        comm = [r["communication_ms"] for r in log["training_iterations"]]
+        print(f"{name}: communication_ms per iteration {[round(c, 3) for c in comm]}")
+    # FSDP waits for parameter gathers inside forward/backward and for the norm's
+    # allreduce in the optimizer step: the trainer must report those waits as
+    # communication, well above what a single rank spends there (it has nothing
+    # to wait for).
+    def mean_comm(log):
+        its = log["training_iterations"]
+        return sum(r["communication_ms"] for r in its) / len(its)
+    alone = mean_comm(runs["1 rank x batch 8"])
+    for name in ("2 ranks x batch 2 x accum 2, FSDP", "2 ranks x batch 2 x accum 2, FSDP without prefetch"):
+        assert mean_comm(runs[name]) > 2 * alone, \
+            f"{name}: communication_ms {mean_comm(runs[name]):.3f} is not above 1 rank's {alone:.3f}"
     # The clipping threshold is low enough to fire: the comparison covers the global norm.
     assert any(r["grad_norm"] > 0.5 for r in ref["training_iterations"])
 

@@ -43,6 +43,9 @@ class Collectives {
   // own stream). The defaults run the blocking call and return finished work.
   virtual std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t);
   virtual std::unique_ptr<CommWork> reduce_scatter_sum_async(const torch::Tensor& in, torch::Tensor& out);
+  // MPI_Iallgather / NCCL all-gather on its own stream (FSDP's prefetch,
+  // ZeRO-1's parameter gather overlapped with the next shard's update).
+  virtual std::unique_ptr<CommWork> all_gather_async(const torch::Tensor& in, torch::Tensor& out);
 
   // Collective calls issued so far, blocking and nonblocking: lets tests check
   // that a phase (an accumulation micro-step) communicates nothing.

@@ -80,6 +80,7 @@ class TransformerImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<torch::nn::Module>> blocks();
   // Installs (or, with nullptr, removes) the forward hooks.
   void set_forward_hooks(std::shared_ptr<ForwardHooks> hooks);
+  std::shared_ptr<ForwardHooks> forward_hooks() const;
 
   const ModelConfig& config() const { return cfg_; }
   // The backend actually used after the fallback chain (printed, run-logged).

@@ -117,6 +117,12 @@ class Metrics {
   // Call right after a device synchronization: opens the iteration's window.
   void start_iter();
   PhaseTimer phase(Phase p) { return PhaseTimer(this, p); }
+  // Moves up to `seconds` of the current iteration from phase `from` to `to`
+  // (never more than `from` holds, so the phases still sum to the window):
+  // communication a strategy waited for inside another phase (FSDP's gathers
+  // during forward/backward, ZeRO-1's parameter gathers in the optimizer step)
+  // is reported as communication. Returns the seconds moved.
+  double move_seconds(Phase from, Phase to, double seconds);
   // Call right after a device synchronization: closes the window, derives every
   // figure, reads memory, runs the self-check and keeps the record for summary().
   // `grad_stats` only on gradient_log_interval iterations.
