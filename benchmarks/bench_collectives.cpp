@@ -19,6 +19,7 @@
 
 #include "llmtrain/dist/collectives.hpp"  // defines: Collectives, make_collectives
 #include "llmtrain/dist/runtime.hpp"      // defines: Runtime (MPI init)
+#include "mpi_bench.hpp"                 // defines: run_specified_benchmarks (rank 0 reports)
 
 namespace {
 
@@ -165,12 +166,6 @@ void register_all() {
           ->Unit(benchmark::kMicrosecond);
 }
 
-class NullReporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,12 +175,7 @@ int main(int argc, char** argv) {
   g_comm_nbc = llmtrain::make_collectives(rt, torch::kCPU, llmtrain::MpiAsync::nonblocking);
   benchmark::Initialize(&argc, argv);
   register_all();
-  if (rt.rank() == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    NullReporter quiet;
-    benchmark::RunSpecifiedBenchmarks(&quiet);
-  }
+  llmtrain::bench::run_specified_benchmarks(rt.rank());
   benchmark::Shutdown();
   g_comm.reset();
   g_comm_nbc.reset();

@@ -20,6 +20,7 @@
 #include "llmtrain/data/loader.hpp"
 #include "llmtrain/data/prepare.hpp"
 #include "llmtrain/dist/runtime.hpp"
+#include "mpi_bench.hpp"                 // defines: run_specified_benchmarks (rank 0 reports)
 
 namespace fs = std::filesystem;
 using namespace llmtrain;
@@ -117,12 +118,6 @@ void BM_SequentialRead(benchmark::State& state) {
 }
 BENCHMARK(BM_SequentialRead)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
-class NullReporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,12 +125,7 @@ int main(int argc, char** argv) {
   g_rt = &rt;
   benchmark::Initialize(&argc, argv);
   make_data();
-  NullReporter null;
-  if (rt.rank() == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    benchmark::RunSpecifiedBenchmarks(&null);
-  }
+  bench::run_specified_benchmarks(rt.rank());
   if (rt.rank() == 0) {
     const double consume = 1.0e6;  // tokens/s one LLaMA-1.36B step uses on 8 B200 (tier 3)
     std::printf("\nTokenLoader, batch %ld x block %ld, uint16 shards, %d rank(s):\n", long(kBatch), long(kBlock),

@@ -26,6 +26,7 @@
 #include "llmtrain/dist/runtime.hpp"        // defines: Runtime (MPI init)
 #include "llmtrain/dist/strategy.hpp"       // defines: make_strategy
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
+#include "mpi_bench.hpp"                 // defines: run_specified_benchmarks (rank 0 reports)
 
 namespace {
 
@@ -99,12 +100,6 @@ void register_all() {
           ->Unit(benchmark::kMillisecond);
 }
 
-class NullReporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,12 +108,7 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);  // one core per rank: 2 ranks on this machine's 2 cores
   benchmark::Initialize(&argc, argv);
   register_all();
-  if (rt.rank() == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    NullReporter quiet;
-    benchmark::RunSpecifiedBenchmarks(&quiet);
-  }
+  llmtrain::bench::run_specified_benchmarks(rt.rank());
   benchmark::Shutdown();
   return 0;
 }
