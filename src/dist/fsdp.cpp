@@ -1,6 +1,5 @@
 #include "dist/fsdp.hpp"
 
-#include <chrono>
 #include <cmath>
 #include <unordered_set>
 
@@ -8,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "dist/adamw_flat.hpp"
+#include "dist/timed_wait.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/dist/collectives.hpp"
@@ -183,7 +183,7 @@ class FsdpStrategy final : public Strategy {
     }
     const auto device = units_.empty() ? torch::Device(torch::kCPU) : units_[0].full.device();
     auto t = torch::tensor({sq}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
-    timed([&] { comm_.allreduce_sum(t); });
+    add_wait_seconds(exposed_, [&] { comm_.allreduce_sum(t); });
     return std::sqrt(t.item<double>());
   }
 
@@ -251,13 +251,6 @@ class FsdpStrategy final : public Strategy {
   }
 
  private:
-  template <class F>
-  void timed(F&& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-
   int64_t num_blocks() const { return static_cast<int64_t>(block_unit_.size()); }
   Unit& block(int64_t i) { return units_.at(static_cast<size_t>(block_unit_.at(static_cast<size_t>(i)))); }
 
@@ -267,7 +260,7 @@ class FsdpStrategy final : public Strategy {
     if (u.gather_work) return settle(u);
     if (u.gathered) return;
     resize_storage(u.full, u.numel * u.full.element_size());
-    timed([&] { comm_.all_gather(u.shard, u.full); });
+    add_wait_seconds(exposed_, [&] { comm_.all_gather(u.shard, u.full); });
     u.gathered = true;
   }
 
@@ -283,7 +276,7 @@ class FsdpStrategy final : public Strategy {
   // Waits for a prefetch in flight; what is left of its transfer is exposed.
   void settle(Unit& u) {
     if (!u.gather_work) return;
-    timed([&] { u.gather_work->wait(); });
+    add_wait_seconds(exposed_, [&] { u.gather_work->wait(); });
     u.gather_work.reset();
   }
 
@@ -319,7 +312,7 @@ class FsdpStrategy final : public Strategy {
 
   void complete_pending() {
     if (!pending_.work) return;
-    timed([&] { pending_.work->wait(); });
+    add_wait_seconds(exposed_, [&] { pending_.work->wait(); });
     torch::NoGradGuard no_grad;
     pending_.unit->grad_shard.add_(pending_.part);
     pending_ = Pending{};

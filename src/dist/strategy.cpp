@@ -1,6 +1,5 @@
 #include "llmtrain/dist/strategy.hpp"
 
-#include <chrono>
 #include <cmath>
 #include <unordered_set>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "dist/adamw_flat.hpp"
 #include "dist/fsdp.hpp"
 #include "dist/grad_buckets.hpp"
+#include "dist/timed_wait.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/dist/collectives.hpp"
@@ -150,11 +150,8 @@ class Zero1Strategy final : public Strategy {
     // On the buckets' device: NCCL reduces device memory only.
     const auto device = buckets_.buckets().empty() ? torch::Device(torch::kCPU) : buckets_.buckets()[0].grad.device();
     auto t = torch::tensor({sq}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
-    const auto t0 = std::chrono::steady_clock::now();
-    comm_.allreduce_sum(t);
-    const double norm = std::sqrt(t.item<double>());
-    exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return norm;
+    add_wait_seconds(exposed_, [&] { comm_.allreduce_sum(t); });
+    return std::sqrt(t.item<double>());
   }
 
   // Each bucket's parameter all-gather starts as soon as its shard is updated
@@ -174,9 +171,9 @@ class Zero1Strategy final : public Strategy {
       for (auto& w : gathers) w->test();  // MPI progresses nonblocking collectives inside its calls
       gathers.push_back(comm_.all_gather_async(sh.param, bs[i].param));  // in place: the shard sits in the bucket
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto& w : gathers) w->wait();
-    exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    add_wait_seconds(exposed_, [&] {
+      for (auto& w : gathers) w->wait();
+    });
     buckets_.zero();
   }
 
