@@ -17,8 +17,8 @@
 
 #include <torch/torch.h>
 
-#include "llmtrain/dist/collectives.hpp"  // defines: Collectives, make_collectives
-#include "llmtrain/dist/runtime.hpp"      // defines: Runtime (MPI init)
+#include "llmtrain/distributed/collectives.hpp"  // defines: Collectives, make_collectives
+#include "llmtrain/distributed/runtime.hpp"      // defines: Runtime (MPI init)
 #include "mpi_bench.hpp"                 // defines: run_specified_benchmarks (rank 0 reports)
 
 namespace {

@@ -19,7 +19,7 @@
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/data/loader.hpp"
 #include "llmtrain/data/prepare.hpp"
-#include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/distributed/runtime.hpp"
 #include "mpi_bench.hpp"                 // defines: run_specified_benchmarks (rank 0 reports)
 
 namespace fs = std::filesystem;

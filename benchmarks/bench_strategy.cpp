@@ -22,9 +22,9 @@
 #include <torch/torch.h>
 
 #include "llmtrain/core/config.hpp"         // defines: Config
-#include "llmtrain/dist/collectives.hpp"    // defines: Collectives, make_collectives, MpiAsync
-#include "llmtrain/dist/runtime.hpp"        // defines: Runtime (MPI init)
-#include "llmtrain/dist/strategy.hpp"       // defines: make_strategy
+#include "llmtrain/distributed/collectives.hpp"    // defines: Collectives, make_collectives, MpiAsync
+#include "llmtrain/distributed/runtime.hpp"        // defines: Runtime (MPI init)
+#include "llmtrain/distributed/strategy.hpp"       // defines: make_strategy
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
 #include "mpi_bench.hpp"                 // defines: run_specified_benchmarks (rank 0 reports)
 

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/distributed/runtime.hpp"
 #include "test_util.hpp"
 
 namespace llmtrain::testing {

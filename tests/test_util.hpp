@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <string>
 
-#include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/distributed/runtime.hpp"
 
 namespace llmtrain::testing {
 
@@ -21,9 +21,11 @@ inline std::string build_dir() {
 }
 
 // A fresh directory for one test, the same path on every rank (created by every
-// rank; tests that need it empty remove it on rank 0 before a barrier).
+// rank; tests that need it empty remove it on rank 0 before a barrier). One per
+// world size: CTest runs a test's _np1/_np2/_np3 variants at the same time.
 inline std::filesystem::path scratch_dir(const std::string& name) {
-  auto p = std::filesystem::path(build_dir()) / "test-scratch" / name;
+  auto p = std::filesystem::path(build_dir()) / "test-scratch" /
+           (name + "_w" + std::to_string(runtime().world_size()));
   std::filesystem::create_directories(p);
   return p;
 }

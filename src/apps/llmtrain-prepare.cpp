@@ -10,7 +10,7 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/data/prepare.hpp"
-#include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/distributed/runtime.hpp"
 
 namespace po = boost::program_options;
 

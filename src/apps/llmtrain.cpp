@@ -6,8 +6,9 @@
 
 #include "llmtrain/core/config.hpp"   // defines: Config, parse_command_line
 #include "llmtrain/core/log.hpp"      // defines: log::info (rank 0 only)
-#include "llmtrain/dist/runtime.hpp"  // defines: Runtime, run_main (errors abort every rank)
+#include "llmtrain/distributed/runtime.hpp"  // defines: Runtime, run_main (errors abort every rank)
 #include "llmtrain/model/describe.hpp"  // defines: describe_model
+#include "llmtrain/train/run_log.hpp"   // defines: library_versions, format_versions
 #include "llmtrain/train/trainer.hpp"   // defines: Trainer
 
 int main(int argc, char** argv) {
@@ -25,8 +26,13 @@ int main(int argc, char** argv) {
                 "  --describe_world_size=N world size --describe assumes for ZeRO-1/FSDP (default 8)\n"
                 "  --print_config          print every key's resolved value and exit\n"
                 "  --config_docs           print docs/config.md (every key as a Markdown table)\n"
+                "  --version               versions of llmtrain, LibTorch (its CUDA, cuDNN), MPI, HDF5, NCCL\n"
                 "{}",
                 Config::help_text());
+      return 0;
+    }
+    if (cl.version) {
+      log::info("{}", format_versions(library_versions()));
       return 0;
     }
     if (cl.config_docs) {

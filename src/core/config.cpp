@@ -305,6 +305,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ("describe_world_size", po::value<int64_t>(), "world size assumed by --describe (default 8)")
       ("print_config", "print the resolved configuration and exit")
       ("config_docs", "print docs/config.md (every key as a Markdown table) and exit")
+      ("version", "print the versions of llmtrain, LibTorch (with its CUDA and cuDNN), MPI, HDF5, NCCL and exit")
       ("config", po::value<std::vector<std::string>>(), "config file(s), applied in order");
   po::options_description keys("keys");
   for (const auto& k : registry())
@@ -336,6 +337,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   cl.describe = vm.count("describe") > 0;
   cl.print_config = vm.count("print_config") > 0;
   cl.config_docs = vm.count("config_docs") > 0;
+  cl.version = vm.count("version") > 0;
   if (vm.count("describe_world_size")) cl.describe_world_size = vm["describe_world_size"].as<int64_t>();
   if (vm.count("config")) cl.config_files = vm["config"].as<std::vector<std::string>>();
   for (const auto& f : cl.config_files) cl.config.load_file(f);

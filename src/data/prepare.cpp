@@ -19,14 +19,15 @@
 #include <type_traits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "data/data_index.hpp"
 #include "data/shard_io.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/data/tokenizer.hpp"
-#include "llmtrain/dist/runtime.hpp"
-#include "llmtrain/train/progress.hpp"
+#include "llmtrain/distributed/runtime.hpp"
+#include "llmtrain/core/progress.hpp"
 
 namespace llmtrain {
 

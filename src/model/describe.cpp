@@ -108,8 +108,7 @@ std::string describe_model(const Config& c, int64_t world_size) {
   s += fmt::format("model        {}\n", m.arch_string());
   s += fmt::format("vocabulary   {} tokens, {} embedding rows (vocab_pad_multiple = {}); block_size {}\n",
                    grouped(m.vocab_size), grouped(m.padded_vocab), c.vocab_pad_multiple, m.block_size);
-  s += fmt::format("attention    {} requested ({} in this build); activations below assume {}\n",
-                   c.attention_backend, model_detail::resolve_attention_backend(c.attention_backend).first,
+  s += fmt::format("attention    {} requested; activations below assume {}\n", c.attention_backend,
                    c.attention_backend == "manual" ? "stored (T, T) probabilities" : "a fused kernel");
   s += fmt::format("parameters   {:>15} total\n", grouped(pb.total));
   auto row = [&](const char* name, int64_t v) {

@@ -1,16 +1,17 @@
 #include "model/layers.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <optional>
 #include <vector>
 
+#include <ATen/Context.h>
+#include <ATen/SDPBackend.h>
+#include <fmt/format.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include "llmtrain/core/error.hpp"
-
-#if TORCH_VERSION_MAJOR >= 2
-#include <ATen/Context.h>
-#endif
 
 namespace llmtrain::model_detail {
 
@@ -54,88 +55,134 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 // ---- attention backends ----------------------------------------------------------
 
 namespace {
-// What this build can serve. FlashAttention 2/3 are separate CUDA libraries that
-// this project does not link yet; SDPA is a LibTorch >= 2.0 operator.
-constexpr bool kHaveFa3 = false;
-constexpr bool kHaveFa2 = false;
-constexpr bool kHaveSdpa = TORCH_VERSION_MAJOR >= 2;
-}  // namespace
 
-std::pair<std::string, std::string> resolve_attention_backend(const std::string& requested) {
-  static const std::vector<std::string> chain = {"flash_attn_3", "flash_attn_2", "sdpa", "manual"};
-  size_t start = chain.size();
-  for (size_t i = 0; i < chain.size(); ++i)
-    if (chain[i] == requested) start = i;
-  if (start == chain.size())
-    throw ConfigError(fmt::format("attention_backend = '{}' is not one of flash_attn_3, flash_attn_2, sdpa, manual",
-                                  requested));
-  std::string why;
-  for (size_t i = start; i < chain.size(); ++i) {
-    const auto& b = chain[i];
-    bool ok = b == "manual" || (b == "sdpa" && kHaveSdpa) || (b == "flash_attn_2" && kHaveFa2) ||
-              (b == "flash_attn_3" && kHaveFa3);
-    if (ok) {
-      std::string warning;
-      if (i != start)
-        warning = fmt::format("attention_backend = {} is not available ({}); using {}", requested, why, b);
-      return {b, warning};
-    }
-    if (!why.empty()) why += "; ";
-    if (b == "sdpa")
-      why += fmt::format("sdpa needs LibTorch >= 2.0, this build has {}.{}", TORCH_VERSION_MAJOR,
-                         TORCH_VERSION_MINOR);
-    else
-      why += b + " is not linked into this build";
+const char* kernel_name(at::SDPBackend b, bool cuda) {
+  switch (b) {
+    case at::SDPBackend::flash_attention: return cuda ? "SDPA flash" : "SDPA flash (CPU)";
+    case at::SDPBackend::cudnn_attention: return "SDPA cuDNN";
+    case at::SDPBackend::efficient_attention: return "SDPA memory-efficient";
+    case at::SDPBackend::math: return "SDPA math";
+    default: return "SDPA (no kernel)";
   }
-  return {"manual", ""};  // unreachable: manual is always available
 }
 
-namespace {
-#if TORCH_VERSION_MAJOR >= 2
-// Lets SDPA choose among the fast CUDA kernels (flash, memory-efficient, cuDNN
-// where the LibTorch has it); the math kernel stays as SDPA's own last resort.
-void enable_fast_sdp_kernels_once() {
-  static bool done = [] {
+// Restricts SDPA to one kernel while alive (Python's sdpa_kernel context), and
+// restores the process's flags after. `any` enables them all, math included.
+class SdpaKernelGuard {
+ public:
+  explicit SdpaKernelGuard(SdpaKernel k) {
     auto& ctx = at::globalContext();
-    ctx.setSDPUseFlash(true);
-    ctx.setSDPUseMemEfficient(true);
-#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 4
-    ctx.setSDPUseCuDNN(true);
-#endif
-    return true;
-  }();
-  (void)done;
+    prev_ = {ctx.userEnabledFlashSDP(), ctx.userEnabledCuDNNSDP(), ctx.userEnabledMemEfficientSDP(),
+             ctx.userEnabledMathSDP()};
+    const bool any = k == SdpaKernel::any;
+    ctx.setSDPUseFlash(any || k == SdpaKernel::flash);
+    ctx.setSDPUseCuDNN(any || k == SdpaKernel::cudnn);
+    ctx.setSDPUseMemEfficient(any || k == SdpaKernel::efficient);
+    ctx.setSDPUseMath(any);
+  }
+  ~SdpaKernelGuard() {
+    auto& ctx = at::globalContext();
+    ctx.setSDPUseFlash(prev_[0]);
+    ctx.setSDPUseCuDNN(prev_[1]);
+    ctx.setSDPUseMemEfficient(prev_[2]);
+    ctx.setSDPUseMath(prev_[3]);
+  }
+  SdpaKernelGuard(const SdpaKernelGuard&) = delete;
+  SdpaKernelGuard& operator=(const SdpaKernelGuard&) = delete;
+
+ private:
+  std::array<bool, 4> prev_{};
+};
+
+// The kernel SDPA's dispatcher picks for this head layout under `k`
+// (SDPBackend::error when none of the allowed kernels can run it).
+at::SDPBackend sdpa_choice(SdpaKernel k, torch::Device device, torch::ScalarType dtype, int64_t H, int64_t K,
+                           int64_t D, int64_t T, double dropout) {
+  torch::NoGradGuard no_grad;
+  SdpaKernelGuard guard(k);
+  const auto opt = torch::TensorOptions().dtype(dtype).device(device).requires_grad(true);
+  auto q = torch::empty({1, H, T, D}, opt), kv = torch::empty({1, K, T, D}, opt);
+  try {
+    return static_cast<at::SDPBackend>(
+        at::_fused_sdp_choice(q, kv, kv, {}, dropout, /*is_causal=*/true, std::nullopt, /*enable_gqa=*/K != H));
+  } catch (const c10::Error&) {
+    return at::SDPBackend::error;  // no allowed kernel: SDPA refuses instead of choosing
+  }
 }
-#endif
+
 }  // namespace
+
+std::string AttentionPlan::label() const {
+  return backend == "manual" ? backend : fmt::format("{} ({})", backend, kernel_used);
+}
+
+AttentionPlan plan_attention(const std::string& requested, torch::Device device, torch::ScalarType dtype,
+                             int64_t H, int64_t K, int64_t D, int64_t T, double dropout) {
+  static const std::vector<std::string> chain = {"flash_attn_3", "flash_attn_2", "sdpa", "manual"};
+  const auto start = std::find(chain.begin(), chain.end(), requested);
+  if (start == chain.end())
+    throw ConfigError(fmt::format("config key 'attention_backend': invalid value '{}': expected one of "
+                                  "flash_attn_3, flash_attn_2, sdpa, manual",
+                                  requested));
+  AttentionPlan plan;
+  plan.requested = requested;
+  const bool cuda = device.is_cuda();
+  const std::string where = fmt::format("{} heads x {} (KV {}), {}, {}", H, D, K, c10::toString(dtype),
+                                        cuda ? "CUDA" : "CPU");
+  for (auto it = start; it != chain.end(); ++it) {
+    const std::string& b = *it;
+    if (b == "manual") {
+      plan.backend = b;
+      plan.kernel_used = "manual";
+      return plan;
+    }
+    const SdpaKernel k = b == "flash_attn_3" ? SdpaKernel::cudnn
+                         : b == "flash_attn_2" ? SdpaKernel::flash
+                                               : SdpaKernel::any;
+    if (k != SdpaKernel::any && !cuda) {
+      plan.unavailable.push_back(fmt::format("attention_backend {} is not available on CPU ({} is a CUDA kernel)",
+                                             b, k == SdpaKernel::cudnn ? "SDPA's cuDNN attention" : "FlashAttention-2"));
+      continue;
+    }
+    const at::SDPBackend chosen = sdpa_choice(k, device, dtype, H, K, D, T, dropout);
+    const bool ok = k == SdpaKernel::any
+                        ? chosen != at::SDPBackend::error
+                        : (k == SdpaKernel::cudnn ? chosen == at::SDPBackend::cudnn_attention
+                                                  : chosen == at::SDPBackend::flash_attention);
+    if (!ok) {
+      plan.unavailable.push_back(fmt::format("attention_backend {} cannot run {} (SDPA's dispatcher refused the "
+                                             "kernel; run with TORCH_CPP_LOG_LEVEL=INFO for its reasons)",
+                                             b, where));
+      continue;
+    }
+    plan.backend = b;
+    plan.kernel = k;
+    plan.kernel_used = kernel_name(chosen, cuda);
+    return plan;
+  }
+  return plan;  // unreachable: manual ends the chain
+}
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const std::string& backend, const torch::Tensor& mask,
-                               double dropout, bool training) {
+                               const AttentionPlan& plan, const torch::Tensor& mask, double dropout, bool training) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t K = k.size(1), G = H / K;
   const double p = training ? dropout : 0.0;
-#if TORCH_VERSION_MAJOR >= 2
-  if (backend == "sdpa") {
-    if (q.is_cuda()) enable_fast_sdp_kernels_once();
-#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
-    return at::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true, c10::optional<double>(),
+  if (plan.backend != "manual") {
+    // On CPU the flags do not matter (SDPA has one fused CPU kernel); on CUDA
+    // they hold SDPA to the planned kernel, so it never falls back silently.
+    std::optional<SdpaKernelGuard> guard;
+    if (q.is_cuda() && plan.kernel != SdpaKernel::any) guard.emplace(plan.kernel);
+    return at::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true, std::nullopt,
                                             /*enable_gqa=*/G > 1);
-#else
-    // No enable_gqa before 2.5: K/V are expanded to H heads (one copy).
-    auto kk = G > 1 ? k.unsqueeze(2).expand({B, K, G, T, D}).reshape({B, H, T, D}) : k;
-    auto vv = G > 1 ? v.unsqueeze(2).expand({B, K, G, T, D}).reshape({B, H, T, D}) : v;
-    return at::scaled_dot_product_attention(q, kk, vv, {}, p, /*is_causal=*/true);
-#endif
   }
-#endif
-  LLMTRAIN_CHECK(backend == "manual", "attention backend '{}' is not built", backend);
   LLMTRAIN_CHECK(mask.defined() && mask.size(0) >= T, "manual attention needs the cached causal mask");
   // Query head h reads KV head h / G: grouping the G queries of one KV head along
   // time gives one (G*T, D) x (D, T) product per KV head, with no K/V copy.
   auto qg = (q * (1.0 / std::sqrt(static_cast<double>(D)))).reshape({B, K, G * T, D});
   auto att = at::matmul(qg, k.transpose(-2, -1));                        // (B, K, G*T, T)
-  att.view({B, K, G, T, T}).add_(mask.narrow(0, 0, T).narrow(1, 0, T));  // -inf above the diagonal
+  auto m = mask.narrow(0, 0, T).narrow(1, 0, T);
+  att.view({B, K, G, T, T}).add_(m.scalar_type() == att.scalar_type() ? m : m.to(att.scalar_type()));
   att = at::softmax(att, -1);
   if (p > 0) att = at::dropout(att, p, true);
   return at::matmul(att, v).view({B, H, T, D});                          // (B, K, G*T, D) -> (B, H, T, D)
@@ -143,8 +190,9 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 // ---- attention module --------------------------------------------------------------
 
-AttentionImpl::AttentionImpl(const ModelConfig& cfg)
-    : n_head_(cfg.n_head), n_kv_head_(cfg.n_kv_head), head_dim_(cfg.head_dim), dropout_(cfg.dropout) {
+AttentionImpl::AttentionImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan)
+    : n_head_(cfg.n_head), n_kv_head_(cfg.n_kv_head), head_dim_(cfg.head_dim), dropout_(cfg.dropout),
+      plan_(std::move(plan)) {
   const int64_t qkv = (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim;
   c_attn = register_module("c_attn", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, qkv).bias(cfg.bias)));
   c_proj = register_module(
@@ -156,7 +204,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                     const torch::Tensor& mask, const std::string& backend) {
+                                     const torch::Tensor& mask) {
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = n_head_, K = n_kv_head_, D = head_dim_;
   auto qkv = c_attn(x);                                                // (B, T, (H + 2K) * D)
@@ -175,7 +223,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = q.transpose(1, 2).contiguous();
   k = k.transpose(1, 2).contiguous();
   v = v.transpose(1, 2).contiguous();
-  auto y = causal_attention(q, k, v, backend, mask, dropout_, is_training());  // (B, H, T, D)
+  auto y = causal_attention(q, k, v, *plan_, mask, dropout_, is_training());  // (B, H, T, D)
   y = y.transpose(1, 2).reshape({B, T, H * D});
   return c_proj(y);
 }
@@ -202,18 +250,18 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
 
 // ---- block -----------------------------------------------------------------------
 
-BlockImpl::BlockImpl(const ModelConfig& cfg) : dropout_(cfg.dropout) {
+BlockImpl::BlockImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan) : dropout_(cfg.dropout) {
   const bool ln = cfg.norm == "layernorm";
   ln_1 = register_module("ln_1", Norm(cfg.n_embd, ln, cfg.bias, cfg.norm_eps));
-  attn = register_module("attn", Attention(cfg));
+  attn = register_module("attn", Attention(cfg, std::move(plan)));
   ln_2 = register_module("ln_2", Norm(cfg.n_embd, ln, cfg.bias, cfg.norm_eps));
   mlp = register_module("mlp", Mlp(cfg));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                 const torch::Tensor& mask, const std::string& backend) {
+                                 const torch::Tensor& mask) {
   const double p = is_training() ? dropout_ : 0.0;
-  auto a = attn(ln_1(x), cos, sin, mask, backend);
+  auto a = attn(ln_1(x), cos, sin, mask);
   auto h = x + (p > 0 ? at::dropout(a, p, true) : a);
   auto m = mlp(ln_2(h));
   return h + (p > 0 ? at::dropout(m, p, true) : m);

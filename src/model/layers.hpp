@@ -3,7 +3,9 @@
 // Shapes: B batch, T time, C = n_embd, H query heads, K key/value heads,
 // G = H / K queries per KV head, D head_dim, F ffn_hidden.
 #pragma once
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
@@ -34,24 +36,43 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 // cos/sin tables (T, 1, D/2) in float32 for positions 0..T-1.
 std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t T, int64_t D, double theta);
 
-// The backend that serves `requested` in this build, and a warning line when it
-// is not the requested one (empty otherwise).
-std::pair<std::string, std::string> resolve_attention_backend(const std::string& requested);
+// How attention is computed on one device and dtype: the backend of the chain
+// flash_attn_3 -> flash_attn_2 -> sdpa -> manual that serves the request, and
+// for SDPA the one kernel it is restricted to (CUDA: flash_attn_3 = cuDNN,
+// flash_attn_2 = flash; sdpa = SDPA's own choice among all of them).
+enum class SdpaKernel { any, flash, cudnn, efficient };
+struct AttentionPlan {
+  std::string requested;            // the config's attention_backend
+  std::string backend = "manual";   // flash_attn_3 | flash_attn_2 | sdpa | manual
+  SdpaKernel kernel = SdpaKernel::any;
+  std::string kernel_used;          // what actually runs, e.g. "SDPA cuDNN", "SDPA flash (CPU)", "manual"
+  std::vector<std::string> unavailable;  // one line per step of the chain that could not serve
+  // "sdpa (SDPA flash (CPU))": the label run logs and tables use.
+  std::string label() const;
+};
+
+// The plan for `requested` on `device` with activations of `dtype`, checked with
+// SDPA's own dispatcher (at::_fused_sdp_choice) on tensors of the model's head
+// layout: H query heads, K KV heads, head width D, T positions.
+// Throws ConfigError for a name outside the chain.
+AttentionPlan plan_attention(const std::string& requested, torch::Device device, torch::ScalarType dtype,
+                             int64_t H, int64_t K, int64_t D, int64_t T, double dropout);
 
 // Causal attention core. q: (B, H, T, D), k, v: (B, K, T, D) -> (B, H, T, D).
 // `mask` is the cached additive causal mask (block_size, block_size) used by the
 // manual backend (undefined for sdpa). No K/V copy per query head on the manual
 // path: queries are grouped as (B, K, G*T, D) and multiplied by (B, K, D, T).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const std::string& backend, const torch::Tensor& mask,
-                               double dropout, bool training);
+                               const AttentionPlan& plan, const torch::Tensor& mask, double dropout, bool training);
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const ModelConfig& cfg);
+  // `plan` is the model's (shared by every block, replaced in place when the
+  // model is planned for its device).
+  AttentionImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan);
   // x: (B, T, C); cos/sin: RoPE tables or undefined; mask: see causal_attention.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, const std::string& backend);
+                        const torch::Tensor& mask);
 
   torch::nn::Linear c_attn{nullptr};  // C -> (H + 2K) * D, fused q|k|v
   torch::nn::Linear c_proj{nullptr};  // H * D -> C (residual projection)
@@ -59,6 +80,7 @@ class AttentionImpl : public torch::nn::Module {
  private:
   int64_t n_head_, n_kv_head_, head_dim_;
   double dropout_;
+  std::shared_ptr<const AttentionPlan> plan_;
 };
 TORCH_MODULE(Attention);
 
@@ -77,9 +99,9 @@ TORCH_MODULE(Mlp);
 // Pre-norm block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
 class BlockImpl : public torch::nn::Module {
  public:
-  explicit BlockImpl(const ModelConfig& cfg);
+  BlockImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, const std::string& backend);
+                        const torch::Tensor& mask);
 
   Norm ln_1{nullptr}, ln_2{nullptr};
   Attention attn{nullptr};

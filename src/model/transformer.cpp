@@ -137,6 +137,8 @@ struct TransformerImpl::Parts {
   torch::Tensor rope_cos, rope_sin;    // buffers (block_size, 1, D/2)
   torch::Tensor causal_mask;           // buffer (block_size, block_size), manual backend only
   std::shared_ptr<ForwardHooks> hooks;  // null unless installed from outside (FSDP)
+  // Shared with every attention module; plan_attention replaces its contents.
+  std::shared_ptr<model_detail::AttentionPlan> attention_plan;
 };
 
 TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg), parts_(std::make_shared<Parts>()) {
@@ -144,18 +146,17 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg), parts_(std
                  "padded_vocab = {} must be >= vocab_size = {} > 0", cfg.padded_vocab, cfg.vocab_size);
   LLMTRAIN_CHECK(cfg.n_kv_head > 0 && cfg.n_head % cfg.n_kv_head == 0, "n_kv_head = {} must divide n_head = {}",
                  cfg.n_kv_head, cfg.n_head);
-  auto [backend, warning] = model_detail::resolve_attention_backend(cfg.attention_backend);
-  attention_backend_used_ = backend;
-  if (!warning.empty()) log::warn("{}", warning);
-
   auto& p = *parts_;
+  p.attention_plan = std::make_shared<model_detail::AttentionPlan>(
+      model_detail::plan_attention(cfg.attention_backend, torch::kCPU, torch::kFloat, cfg.n_head, cfg.n_kv_head,
+                                   cfg.head_dim, cfg.block_size, cfg.dropout));
   p.wte = register_module("wte", torch::nn::Embedding(cfg.padded_vocab, cfg.n_embd));
   if (cfg.pos_encoding == "learned")
     p.wpe = register_module("wpe", torch::nn::Embedding(cfg.block_size, cfg.n_embd));
   // A ModuleList names the blocks h.0, h.1, ... (LibTorch refuses dots in names).
   auto h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    p.h.push_back(Block(cfg));
+    p.h.push_back(Block(cfg, p.attention_plan));
     h->push_back(p.h.back());
   }
   p.ln_f = register_module("ln_f", Norm(cfg.n_embd, cfg.norm == "layernorm", cfg.bias, cfg.norm_eps));
@@ -167,7 +168,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg), parts_(std
     p.rope_cos = register_buffer("rope_cos", cos);
     p.rope_sin = register_buffer("rope_sin", sin);
   }
-  if (attention_backend_used_ == "manual") {
+  if (cfg.attention_backend == "manual") {
     // Built once; every step adds a (T, T) slice of it in place.
     auto mask = torch::full({cfg.block_size, cfg.block_size}, -std::numeric_limits<float>::infinity());
     p.causal_mask = register_buffer("causal_mask", torch::triu(mask, 1));
@@ -187,12 +188,12 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx) {
   // Buffers follow .to(device); the cached tables are passed down, never rebuilt.
   auto cos = p.rope_cos, sin = p.rope_sin;
   if (!p.hooks) {
-    for (auto& block : p.h) x = block(x, cos, sin, p.causal_mask, attention_backend_used_);
+    for (auto& block : p.h) x = block(x, cos, sin, p.causal_mask);
   } else {
     for (size_t i = 0; i < p.h.size(); ++i) {
       auto& block = p.h[i];
       x = p.hooks->run_block(static_cast<int64_t>(i), x, [&](const torch::Tensor& in) {
-        return block(in, cos, sin, p.causal_mask, attention_backend_used_);
+        return block(in, cos, sin, p.causal_mask);
       });
     }
   }
@@ -254,6 +255,17 @@ std::vector<torch::Tensor> TransformerImpl::no_decay_parameters() {
   }
   return out;
 }
+
+void TransformerImpl::plan_attention(torch::Device device, torch::ScalarType dtype) {
+  auto plan = model_detail::plan_attention(cfg_.attention_backend, device, dtype, cfg_.n_head, cfg_.n_kv_head,
+                                           cfg_.head_dim, cfg_.block_size, cfg_.dropout);
+  for (const auto& line : plan.unavailable) log::warn("{}", line);
+  log::info("attention: {} (requested {})", plan.label(), plan.requested);
+  *parts_->attention_plan = std::move(plan);
+}
+
+const std::string& TransformerImpl::attention_backend_used() const { return parts_->attention_plan->backend; }
+std::string TransformerImpl::attention_kernel_used() const { return parts_->attention_plan->label(); }
 
 void TransformerImpl::set_forward_hooks(std::shared_ptr<ForwardHooks> hooks) { parts_->hooks = std::move(hooks); }
 std::shared_ptr<ForwardHooks> TransformerImpl::forward_hooks() const { return parts_->hooks; }

@@ -13,7 +13,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
-#include "llmtrain/train/progress.hpp"
+#include "llmtrain/core/progress.hpp"
 
 namespace llmtrain {
 namespace {
@@ -90,14 +90,14 @@ void reset_peak_memory(const torch::Device& device) {
 }
 
 std::vector<std::pair<std::string, double>> parameter_grad_norms(
-    const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters) {
+    const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters, double loss_scale) {
   std::vector<std::pair<std::string, double>> out;
   out.reserve(named_parameters.size());
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : named_parameters) {
     const auto& g = p.grad();
     if (!g.defined()) continue;
-    out.emplace_back(name, g.detach().to(torch::kFloat64).norm().item<double>());
+    out.emplace_back(name, g.detach().to(torch::kFloat64).norm().item<double>() / loss_scale);
   }
   return out;
 }
@@ -142,6 +142,8 @@ nlohmann::json IterationMetrics::to_json() const {
     j["grad_norm_max_param"] = grad_stats->max_name;
     j["grad_clipped"] = grad_stats->clipped;
   }
+  if (loss_scale) j["loss_scale"] = *loss_scale;
+  if (skipped_step) j["skipped_step"] = true;
   if (!errors.empty()) j["errors"] = errors;
   return j;
 }

@@ -1,22 +1,20 @@
 #include "llmtrain/train/precision.hpp"
 
+#include <cmath>
+
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
-#include <torch/version.h>
 
 #include "llmtrain/core/error.hpp"
 
 namespace llmtrain {
 
 torch::ScalarType compute_dtype(const std::string& dtype, torch::Device device) {
+  (void)device;  // every dtype has an autocast on CPU and CUDA in LibTorch 2.x
   if (dtype == "float32") return torch::kFloat;
   if (dtype == "bfloat16") return torch::kBFloat16;
-  if (dtype == "float16") {
-    if (!device.is_cuda())
-      throw ConfigError("config key 'dtype': invalid value 'float16' on a CPU device: expected float32 or "
-                        "bfloat16 (CPU autocast has no float16)");
-    return torch::kHalf;
-  }
+  if (dtype == "float16") return torch::kHalf;
   throw ConfigError(fmt::format("config key 'dtype': invalid value '{}': expected float32, bfloat16 or float16",
                                 dtype));
 }
@@ -24,27 +22,13 @@ torch::ScalarType compute_dtype(const std::string& dtype, torch::Device device) 
 AutocastGuard::AutocastGuard(torch::Device device, torch::ScalarType dtype) {
   if (dtype == torch::kFloat) return;
   active_ = true;
-  cuda_ = device.is_cuda();
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  // LibTorch >= 2.4: per-device-type API (the old per-device calls are deprecated).
-  const auto type = cuda_ ? at::kCUDA : at::kCPU;
-  prev_enabled_ = at::autocast::is_autocast_enabled(type);
-  prev_dtype_ = at::autocast::get_autocast_dtype(type);
-  at::autocast::set_autocast_dtype(type, dtype);
-  at::autocast::set_autocast_enabled(type, true);
-#else
-  if (cuda_) {
-    prev_enabled_ = at::autocast::is_enabled();
-    prev_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_autocast_gpu_dtype(dtype);
-    at::autocast::set_enabled(true);
-  } else {
-    prev_enabled_ = at::autocast::is_cpu_enabled();
-    prev_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_autocast_cpu_dtype(dtype);
-    at::autocast::set_cpu_enabled(true);
-  }
-#endif
+  type_ = device.type();
+  LLMTRAIN_CHECK(at::autocast::is_autocast_available(type_), "autocast is not available on device type {}",
+                 c10::DeviceTypeName(type_));
+  prev_enabled_ = at::autocast::is_autocast_enabled(type_);
+  prev_dtype_ = at::autocast::get_autocast_dtype(type_);
+  at::autocast::set_autocast_dtype(type_, dtype);
+  at::autocast::set_autocast_enabled(type_, true);
   at::autocast::increment_nesting();
 }
 
@@ -53,19 +37,45 @@ AutocastGuard::~AutocastGuard() {
   // Leaving the outermost region drops the cached low-precision weight copies, as
   // Python's autocast does; otherwise they would go stale after the optimizer step.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  const auto type = cuda_ ? at::kCUDA : at::kCPU;
-  at::autocast::set_autocast_enabled(type, prev_enabled_);
-  at::autocast::set_autocast_dtype(type, prev_dtype_);
-#else
-  if (cuda_) {
-    at::autocast::set_enabled(prev_enabled_);
-    at::autocast::set_autocast_gpu_dtype(prev_dtype_);
-  } else {
-    at::autocast::set_cpu_enabled(prev_enabled_);
-    at::autocast::set_autocast_cpu_dtype(prev_dtype_);
+  at::autocast::set_autocast_enabled(type_, prev_enabled_);
+  at::autocast::set_autocast_dtype(type_, prev_dtype_);
+}
+
+std::string enable_tf32(torch::Device device) {
+  if (!device.is_cuda()) return "fp32 matmuls: IEEE fp32 (CPU)";
+  auto& ctx = at::globalContext();
+  ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL, at::Float32Precision::TF32);
+  ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV, at::Float32Precision::TF32);
+  return "fp32 matmuls: TF32 on CUDA (cuBLAS, cuDNN)";
+}
+
+LossScaler::LossScaler(bool enabled, Options o) : enabled_(enabled), opt_(o), scale_(o.init_scale) {
+  LLMTRAIN_CHECK(o.init_scale > 0 && o.growth_factor > 1 && o.backoff_factor > 0 && o.backoff_factor < 1 &&
+                     o.growth_interval > 0,
+                 "LossScaler: invalid options");
+}
+
+bool LossScaler::update(double scaled_grad_norm) {
+  const bool finite = std::isfinite(scaled_grad_norm);
+  if (!enabled_) return finite;
+  if (!finite) {
+    scale_ *= opt_.backoff_factor;
+    tracker_ = 0;
+    ++skipped_;
+    return false;
   }
-#endif
+  if (++tracker_ >= opt_.growth_interval) {
+    scale_ *= opt_.growth_factor;
+    tracker_ = 0;
+  }
+  return true;
+}
+
+void LossScaler::load_state(const State& s) {
+  LLMTRAIN_CHECK(s.scale > 0 && std::isfinite(s.scale), "loss scale {} in the saved state is not positive", s.scale);
+  scale_ = s.scale;
+  tracker_ = s.growth_tracker;
+  skipped_ = s.skipped;
 }
 
 }  // namespace llmtrain

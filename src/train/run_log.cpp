@@ -12,7 +12,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/version.h>
 
 #ifdef LLMTRAIN_WITH_CUDA
@@ -75,6 +79,25 @@ nlohmann::json library_versions() {
   nlohmann::json v;
   v["llmtrain"] = LLMTRAIN_VERSION;
   v["libtorch"] = TORCH_VERSION;
+  // The CUDA and cuDNN this LibTorch was built with (its CUDA hooks answer
+  // without a GPU), and the cuDNN it loads at run time.
+  v["torch_cuda"] = nullptr;
+  v["cudnn"] = nullptr;
+  const auto& hooks = at::detail::getCUDAHooks();
+  if (hooks.isBuilt()) {
+    try {
+      const long cudart = hooks.versionCUDART();  // e.g. 13000
+      v["torch_cuda"] = fmt::format("{}.{}", cudart / 1000, (cudart % 1000) / 10);
+    } catch (const c10::Error&) {
+    }
+    try {
+      const long cudnn = hooks.versionRuntimeCuDNN();  // e.g. 91900
+      v["cudnn"] = fmt::format("{}.{}.{}", cudnn / 10000, (cudnn % 10000) / 100, cudnn % 100);
+    } catch (const c10::Error&) {
+    }
+  }
+  v["cpu_math"] = fmt::format("{}{}, {} intra-op thread(s)", at::hasMKL() ? "MKL" : "BLAS",
+                              at::hasMKLDNN() ? " + oneDNN" : "", at::get_num_threads());
   v["mpi"] = mpi_library_version();
   unsigned maj = 0, min = 0, rel = 0;
   H5get_libversion(&maj, &min, &rel);
@@ -91,6 +114,15 @@ nlohmann::json library_versions() {
   v["nccl"] = nullptr;  // not built: CPU builds reduce gradients over MPI
 #endif
   return v;
+}
+
+std::string format_versions(const nlohmann::json& v) {
+  auto str = [&](const char* k, const char* none) {
+    return v.contains(k) && v[k].is_string() ? v[k].get<std::string>() : std::string(none);
+  };
+  return fmt::format("llmtrain {}, LibTorch {} (CUDA {}, cuDNN {}; CPU: {}), {}, HDF5 {}, NCCL {}",
+                     str("llmtrain", "?"), str("libtorch", "?"), str("torch_cuda", "none"), str("cudnn", "none"),
+                     str("cpu_math", "?"), str("mpi", "?"), str("hdf5", "?"), str("nccl", "not built"));
 }
 
 nlohmann::json make_startup_info(const Config& config, const ModelConfig& model, const RunEnvironment& env,
@@ -113,6 +145,11 @@ nlohmann::json make_startup_info(const Config& config, const ModelConfig& model,
   cfg["device_name"] = env.device_names.empty() ? std::string() : env.device_names.front();
   cfg["threads_per_rank"] = env.threads_per_rank;
   cfg["torch_version"] = versions["libtorch"];
+  cfg["torch_cuda_version"] = versions["torch_cuda"];
+  cfg["cudnn_version"] = versions["cudnn"];
+  cfg["cpu_math"] = versions["cpu_math"];
+  cfg["attention_kernel"] = env.attention_kernel;
+  cfg["precision"] = env.precision;
   cfg["mpi_version"] = versions["mpi"];
   cfg["nccl_version"] = versions["nccl"];
   cfg["hdf5_version"] = versions["hdf5"];
@@ -171,10 +208,8 @@ std::string format_startup_block(const Config& config, const ModelConfig& model,
   s += fmt::format("hardware     : {} node(s), {} rank(s), host {}, {} thread(s)/rank\n", env.num_nodes,
                    env.world_size, env.hostname, env.threads_per_rank);
   s += fmt::format("devices      : {}\n", devices);
-  s += fmt::format("versions     : llmtrain {}, LibTorch {}, {}, HDF5 {}, NCCL {}\n", v["llmtrain"].get<std::string>(),
-                   v["libtorch"].get<std::string>(), v["mpi"].get<std::string>(), v["hdf5"].get<std::string>(),
-                   v["nccl"].is_null() ? std::string("not built") : v["nccl"].get<std::string>());
-  s += fmt::format("precision    : {}{}\n", config.dtype,
+  s += fmt::format("versions     : {}\n", format_versions(v));
+  s += fmt::format("precision    : {}{}\n", env.precision.empty() ? config.dtype : env.precision,
                    config.dtype == "float32" ? "" : " (autocast, fp32 master weights)");
   s += fmt::format("parallelism  : {}; batch {} x accum {} (per rank) x {} ranks x {} tokens = {} tokens/iter\n",
                    env.parallelism.empty() ? "data parallel" : env.parallelism, config.batch_size,
@@ -182,7 +217,9 @@ std::string format_startup_block(const Config& config, const ModelConfig& model,
   s += fmt::format("model        : {} | {} params ({} in matmuls) | vocab {} (padded {}) | attention {}\n",
                    model.arch_string(), human_count(static_cast<double>(model.num_params())),
                    human_count(static_cast<double>(model.num_matmul_params())), model.vocab_size, model.padded_vocab,
-                   env.attention_backend_used.empty() ? config.attention_backend : env.attention_backend_used);
+                   !env.attention_kernel.empty() ? env.attention_kernel
+                   : env.attention_backend_used.empty() ? config.attention_backend
+                                                        : env.attention_backend_used);
   s += fmt::format("FLOPs/token  : {:.4g} = 6N + 12LHQT (PaLM App. B, N = matmul params; 6 x all params = {:.4g})\n",
                    metrics.flops_per_token, metrics.flops_per_token_6n);
   if (metrics.peak.tflops_per_device) {

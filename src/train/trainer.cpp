@@ -14,13 +14,13 @@
 #include "llmtrain/core/error.hpp"          // defines: Error, MPI_CHECK
 #include "llmtrain/core/log.hpp"            // defines: log::info (rank 0 only)
 #include "llmtrain/data/loader.hpp"         // defines: TokenLoader, Batch, read_data_info
-#include "llmtrain/dist/collectives.hpp"    // defines: Collectives, make_collectives
-#include "llmtrain/dist/runtime.hpp"        // defines: Runtime (rank, device)
-#include "llmtrain/dist/strategy.hpp"       // defines: Strategy (DDP / ZeRO-1 / FSDP), make_strategy
+#include "llmtrain/distributed/collectives.hpp"    // defines: Collectives, make_collectives
+#include "llmtrain/distributed/runtime.hpp"        // defines: Runtime (rank, device)
+#include "llmtrain/distributed/strategy.hpp"       // defines: Strategy (DDP / ZeRO-1 / FSDP), make_strategy
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
 #include "llmtrain/train/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
 #include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
-#include "llmtrain/train/progress.hpp"      // defines: ProgressBar
+#include "llmtrain/core/progress.hpp"      // defines: ProgressBar
 #include "llmtrain/train/run_log.hpp"       // defines: RunLog, start-up block
 #include "llmtrain/train/schedule.hpp"      // defines: LrSchedule
 
@@ -62,6 +62,7 @@ struct Trainer::Impl {
   std::unique_ptr<Strategy> strategy;
   std::unique_ptr<TokenLoader> train_loader;
   LrSchedule schedule;
+  LossScaler scaler{false};
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<RunLog> run_log;
 
@@ -69,6 +70,8 @@ struct Trainer::Impl {
     // 1. device and precision
     device = rt.setup_device(cfg);
     dtype = compute_dtype(cfg.dtype, device);
+    scaler = LossScaler(dtype == torch::kHalf);  // float16 needs loss scaling; bfloat16 does not
+    const std::string tf32 = enable_tf32(device);
     // 2. data: the index tells the vocabulary; the loader checks block_size against
     //    the shards before anything large is allocated
     data = read_data_info(cfg.data_dir);
@@ -82,6 +85,7 @@ struct Trainer::Impl {
     model = Transformer(mcfg);
     model->init_weights(static_cast<uint64_t>(cfg.seed));
     model->to(device);
+    model->plan_attention(device, dtype);
     // 4. parallelism, applied from outside the model
     comm = make_collectives(rt, device);
     strategy = make_strategy(cfg, model, *comm);
@@ -102,6 +106,8 @@ struct Trainer::Impl {
     env.device_type = device.is_cuda() ? "cuda" : "cpu";
     env.threads_per_rank = rt.num_threads();
     env.attention_backend_used = model->attention_backend_used();
+    env.attention_kernel = model->attention_kernel_used();
+    env.precision = fmt::format("{}{}; {}", cfg.dtype, scaler.enabled() ? " with dynamic loss scaling" : "", tf32);
     env.parallelism = fmt::format("{} over {} ({} B optimizer state on rank 0)", strategy->name(), comm->name(),
                                   strategy->optimizer_state_bytes());
     run_log = std::make_unique<RunLog>(cfg.out_dir, rt.is_root());
@@ -159,7 +165,9 @@ struct Trainer::Impl {
         AutocastGuard autocast(device, dtype);
         loss = model->loss(batch.x, batch.y) / static_cast<double>(accum);
       }
-      strategy->backward(loss, /*last_micro=*/micro + 1 == accum);  // DDP: reduces only on the last
+      // float16: the loss is scaled so that small gradients survive; step() unscales.
+      strategy->backward(scaler.enabled() ? loss * scaler.scale() : loss,
+                         /*last_micro=*/micro + 1 == accum);  // DDP: reduces only on the last
       loss_sum += loss.detach().to(torch::kFloat);
     }
     charge_exposed_comm(Phase::forward_backward);             // FSDP: gathers not hidden by prefetch
@@ -170,18 +178,30 @@ struct Trainer::Impl {
     charge_exposed_comm(Phase::communication);
     double grad_norm = 0;
     std::optional<GradNormStats> grad_stats;
+    const double scale = scaler.scale();
+    bool skipped = false;
     {
       auto t = metrics->phase(Phase::optimizer);
-      grad_norm = strategy->grad_norm();                      // global, across ranks and shards
-      const bool clip = cfg.grad_clip > 0 && grad_norm > cfg.grad_clip;
+      const double scaled_norm = strategy->grad_norm();       // global, across ranks and shards
+      grad_norm = scaled_norm / scale;
       if (cfg.gradient_log_interval > 0 && iter % cfg.gradient_log_interval == 0)
-        grad_stats = summarize_grad_norms(parameter_grad_norms(named_parameters()), grad_norm, cfg.grad_clip);
-      strategy->step(lr, clip ? cfg.grad_clip / (grad_norm + 1e-6) : 1.0);  // AdamW (sharded: ZeRO-1/FSDP)
+        grad_stats = summarize_grad_norms(parameter_grad_norms(named_parameters(), scale), grad_norm, cfg.grad_clip);
+      if (scaler.update(scaled_norm)) {                       // the same verdict on every rank (global norm)
+        const bool clip = cfg.grad_clip > 0 && grad_norm > cfg.grad_clip;
+        const double clip_coef = clip ? cfg.grad_clip / (grad_norm + 1e-6) : 1.0;
+        strategy->step(lr, clip_coef / scale);                // AdamW (sharded: ZeRO-1/FSDP)
+      } else {
+        strategy->skip_step();                                // fp16 overflow: halve the scale, no update
+        skipped = true;
+      }
     }
     charge_exposed_comm(Phase::optimizer);                    // sharded: norm allreduce, parameter gathers
     const double loss = mean_over_ranks(loss_sum.item<double>(), rt.world_size());
     sync_device(device);
-    return metrics->end_iter(iter, loss, lr, grad_norm, grad_stats);
+    IterationMetrics it = metrics->end_iter(iter, loss, lr, grad_norm, grad_stats);
+    if (scaler.enabled()) it.loss_scale = scale;
+    it.skipped_step = skipped;
+    return it;
   }
   // ---- TRAINING STEP END ----
 

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/distributed/runtime.hpp"
 #include "test_util.hpp"
 
 using llmtrain::testing::runtime;

@@ -17,7 +17,8 @@ namespace llmtrain::testing {
 namespace fs = std::filesystem;
 
 std::filesystem::path fresh_dir(const std::string& name) {
-  const auto p = fs::path(build_dir()) / "test-scratch" / name;
+  // One directory per world size: CTest runs a test's _np1/_np2/_np3 at once.
+  const auto p = fs::path(build_dir()) / "test-scratch" / (name + "_w" + std::to_string(runtime().world_size()));
   if (runtime().rank() == 0) {
     fs::remove_all(p);
     fs::create_directories(p);

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/train/progress.hpp"
+#include "llmtrain/core/progress.hpp"
 #include "test_util.hpp"
 
 using llmtrain::ProgressBar;

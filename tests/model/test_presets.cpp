@@ -160,34 +160,37 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   EXPECT_THROW(llmtrain::describe_model(no_vocab, 8), llmtrain::ConfigError);
 }
 
-TEST(Attention, FallbackChainWarnsOnceAndReportsTheBackendUsed) {
-  using llmtrain::model_detail::resolve_attention_backend;
-  auto [manual, no_warning] = resolve_attention_backend("manual");
-  EXPECT_EQ(manual, "manual");
-  EXPECT_TRUE(no_warning.empty());
-  auto [used, warning] = resolve_attention_backend("flash_attn_3");
-#if TORCH_VERSION_MAJOR >= 2
-  EXPECT_EQ(used, "sdpa");
-#else
-  EXPECT_EQ(used, "manual");
-  EXPECT_NE(warning.find("LibTorch >= 2.0"), std::string::npos) << warning;
-#endif
-  EXPECT_NE(warning.find("flash_attn_3"), std::string::npos) << warning;
-  EXPECT_EQ(warning.find('\n'), std::string::npos) << "one line";
+TEST(Attention, FallbackChainOnCpuSaysWhyAndReportsTheKernelUsed) {
+  using llmtrain::model_detail::plan_attention;
+  const auto manual = plan_attention("manual", torch::kCPU, torch::kFloat, 4, 2, 16, 64, 0.0);
+  EXPECT_EQ(manual.backend, "manual");
+  EXPECT_TRUE(manual.unavailable.empty());
+  EXPECT_EQ(manual.label(), "manual");
+  // flash_attn_3 (cuDNN) and flash_attn_2 (flash) are CUDA kernels: one line each, then SDPA.
+  const auto fa3 = plan_attention("flash_attn_3", torch::kCPU, torch::kFloat, 16, 8, 128, 2048, 0.0);
+  EXPECT_EQ(fa3.backend, "sdpa");
+  ASSERT_EQ(fa3.unavailable.size(), 2u);
+  EXPECT_NE(fa3.unavailable[0].find("flash_attn_3"), std::string::npos) << fa3.unavailable[0];
+  EXPECT_NE(fa3.unavailable[1].find("flash_attn_2"), std::string::npos) << fa3.unavailable[1];
+  for (const auto& line : fa3.unavailable) EXPECT_EQ(line.find('\n'), std::string::npos) << "one line";
+  // SDPA's dispatcher names the kernel it runs (its fused CPU flash kernel here).
+  EXPECT_EQ(fa3.kernel_used.rfind("SDPA ", 0), 0u) << fa3.kernel_used;
+  EXPECT_NE(fa3.label().find("sdpa ("), std::string::npos) << fa3.label();
+  const auto fa2 = plan_attention("flash_attn_2", torch::kCPU, torch::kBFloat16, 16, 8, 128, 2048, 0.0);
+  EXPECT_EQ(fa2.backend, "sdpa");
+  EXPECT_EQ(fa2.unavailable.size(), 1u);
   ModelConfig m = preset_model("tiny_llama");
   m.attention_backend = "flash_attn_2";
   Transformer model(m);
-  EXPECT_EQ(model->attention_backend_used(), used);
-  EXPECT_THROW(resolve_attention_backend("flash"), llmtrain::ConfigError);
+  model->plan_attention(torch::kCPU, torch::kFloat);
+  EXPECT_EQ(model->attention_backend_used(), "sdpa");
+  EXPECT_NE(model->attention_kernel_used().find("SDPA"), std::string::npos);
+  EXPECT_THROW(plan_attention("flash", torch::kCPU, torch::kFloat, 4, 4, 16, 64, 0.0), llmtrain::ConfigError);
 }
 
 TEST(Attention, AvailableBackendsAgree) {
-  std::vector<std::string> backends;
-  for (const char* b : {"flash_attn_3", "flash_attn_2", "sdpa", "manual"}) {
-    auto used = llmtrain::model_detail::resolve_attention_backend(b).first;
-    if (std::find(backends.begin(), backends.end(), used) == backends.end()) backends.push_back(used);
-  }
-  if (backends.size() < 2) GTEST_SKIP() << "only the " << backends[0] << " backend is built here";
+  // Every request resolves to sdpa or manual on CPU; both must compute the same model.
+  const std::vector<std::string> backends = {"flash_attn_3", "flash_attn_2", "sdpa", "manual"};
   ModelConfig m = preset_model("tiny_qwen3");  // GQA + QK-norm
   auto gen = at::detail::createCPUGenerator(9);
   auto x = torch::randint(m.vocab_size, {2, 64}, gen, torch::kLong);

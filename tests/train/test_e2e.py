@@ -10,6 +10,9 @@
                tolerance): the parallel strategy changes nothing. FSDP's waits
                inside forward/backward show up as communication_ms.
   refusals     bad input and unbuilt features fail with a message naming the key/file.
+  precision    float32, bfloat16 and float16 (dynamic loss scaling) train the same
+               model from the same data to nearly the same losses; float16's run
+               log records its loss scale.
 
 Usage: test_e2e.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -138,6 +141,8 @@ elif case == "refusals":
         ([llm, cfg, f"--data_dir={data}", "--use_cuda_graphs=True"], "not built"),
         ([llm, cfg, f"--data_dir={data}", "--block_size=2000000"], "block_size=2000000 is too large"),
     ]
+    if not os.path.exists("/dev/nvidia0"):  # a machine without a GPU refuses device=cuda in one line
+        cases.append(([llm, cfg, f"--data_dir={data}", "--device=cuda"], "no CUDA device is visible"))
     for cmd, expect in cases:
         for n in (1, 2):
             p = run(mpi(n, *cmd), expect_ok=False)
@@ -177,6 +182,25 @@ elif case == "stop_signal":
     assert any("stopped by signal" in e for e in log["errors"]), log["errors"]
     assert log["summary"], "summary missing after a signal"
     print(f"stopped cleanly after {n} iterations; run log complete")
+elif case == "precision":
+    data = prepare()
+    common = ["--max_iters=40", "--eval_interval=40", "--eval_iters=4", "--log_interval=10", "--warmup_iters=5",
+              "--learning_rate=3e-3", "--batch_size=4"]
+    logs = {d: train(1, data, "out_" + d, f"--dtype={d}", *common) for d in ("float32", "bfloat16", "float16")}
+    ref = logs["float32"]["eval_results"][-1]["val_loss"]
+    for d, log in logs.items():
+        its = log["training_iterations"]
+        val = log["eval_results"][-1]["val_loss"]
+        print(f"{d}: loss {its[0]['loss']:.4f} -> {its[-1]['loss']:.4f}, final val {val:.4f} (float32 {ref:.4f}), "
+              f"precision '{log['startup_info']['config']['precision']}'")
+        assert its[-1]["loss"] < its[0]["loss"] - 1.0, f"{d}: loss did not fall"
+        assert abs(val - ref) / ref < 0.03, f"{d}: final val loss {val} is not within 3% of float32's {ref}"
+    fp16 = logs["float16"]["training_iterations"]
+    assert all("loss_scale" in r for r in fp16), "float16 iterations must record their loss scale"
+    assert all("loss_scale" not in r for r in logs["bfloat16"]["training_iterations"])
+    assert "loss scaling" in logs["float16"]["startup_info"]["config"]["precision"]
+    print(f"float16 loss scale {fp16[0]['loss_scale']:g} -> {fp16[-1]['loss_scale']:g}, "
+          f"{sum(1 for r in fp16 if r.get('skipped_step'))} skipped step(s)")
 else:
     sys.exit(f"unknown case {case}")
 print("PASS")

@@ -6,7 +6,6 @@
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/train/precision.hpp"
 #include "llmtrain/train/schedule.hpp"
 
 using llmtrain::Config;
@@ -35,20 +34,4 @@ TEST(LrSchedule, ConstantWhenDecayOff) {
   const LrSchedule s(c);
   EXPECT_DOUBLE_EQ(s.at(0), 3e-4);
   EXPECT_DOUBLE_EQ(s.at(123456), 3e-4);
-}
-
-TEST(Precision, CpuBf16AutocastRunsMatmulsInBf16AndRestores) {
-  const torch::Device cpu(torch::kCPU);
-  EXPECT_EQ(llmtrain::compute_dtype("bfloat16", cpu), torch::kBFloat16);
-  EXPECT_THROW(llmtrain::compute_dtype("float16", cpu), llmtrain::ConfigError);
-  auto a = torch::randn({8, 8});
-  {
-    llmtrain::AutocastGuard g(cpu, torch::kBFloat16);
-    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
-  }
-  EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
-  {
-    llmtrain::AutocastGuard g(cpu, torch::kFloat);  // float32: no autocast
-    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
-  }
 }

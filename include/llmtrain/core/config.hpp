@@ -45,6 +45,7 @@ struct CommandLine {
   bool describe = false;     // print the model/memory description and exit
   bool print_config = false; // print the resolved config and exit
   bool config_docs = false;  // print docs/config.md (the key table) and exit
+  bool version = false;      // print the program's and libraries' versions and exit
   int64_t describe_world_size = 8;  // world size assumed by --describe
 };
 

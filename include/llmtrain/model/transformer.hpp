@@ -1,5 +1,5 @@
 // Transformer: one decoder-only model that is GPT-2, LLaMA-2, LLaMA-3 or Qwen3
-// depending on ModelConfig. Knows nothing about ranks (dist/ wraps it).
+// depending on ModelConfig. Knows nothing about ranks (distributed/ wraps it).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -15,7 +15,7 @@ namespace llmtrain {
 
 struct Config;
 
-// Optional code around the forward, installed from outside (dist/ FSDP gathers
+// Optional code around the forward, installed from outside (distributed/ FSDP gathers
 // sharded parameters there); the model itself stays rank-agnostic. Without
 // hooks the forward calls its blocks directly.
 class ForwardHooks {
@@ -83,12 +83,20 @@ class TransformerImpl : public torch::nn::Module {
   std::shared_ptr<ForwardHooks> forward_hooks() const;
 
   const ModelConfig& config() const { return cfg_; }
-  // The backend actually used after the fallback chain (printed, run-logged).
-  const std::string& attention_backend_used() const { return attention_backend_used_; }
+  // Chooses how attention runs on `device` with activations of `dtype`: the
+  // fallback chain flash_attn_3 -> flash_attn_2 -> sdpa -> manual, each step
+  // checked with SDPA's own dispatcher. Prints (rank 0) one line per step that
+  // cannot serve and one naming the kernel used. The constructor plans for
+  // CPU/float32 without printing; the trainer plans again for its device.
+  void plan_attention(torch::Device device, torch::ScalarType dtype);
+  // The backend actually used after the fallback chain (run-logged, in labels).
+  const std::string& attention_backend_used() const;
+  // The backend with the kernel that runs, e.g. "flash_attn_3 (SDPA cuDNN)",
+  // "sdpa (SDPA flash (CPU))", "manual".
+  std::string attention_kernel_used() const;
 
  private:
   ModelConfig cfg_;
-  std::string attention_backend_used_;
   // modules are registered by the implementation
   struct Parts;
   std::shared_ptr<Parts> parts_;

@@ -45,8 +45,9 @@ struct GradNormStats {
 };
 // Per-parameter L2 norms of the gradients this rank holds (parameters without a
 // gradient are skipped). With sharded gradients these are the local shards.
+// Each norm is divided by `loss_scale` (float16's dynamic loss scale; 1 otherwise).
 std::vector<std::pair<std::string, double>> parameter_grad_norms(
-    const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters);
+    const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters, double loss_scale = 1.0);
 GradNormStats summarize_grad_norms(const std::vector<std::pair<std::string, double>>& norms,
                                    double global_norm, double grad_clip);
 
@@ -74,6 +75,8 @@ struct IterationMetrics {
   MemoryStats memory;
   std::optional<double> grad_norm;     // every iteration the trainer has one
   std::optional<GradNormStats> grad_stats;  // every gradient_log_interval
+  std::optional<double> loss_scale;    // float16 runs: the dynamic loss scale this iteration used
+  bool skipped_step = false;           // non-finite gradient norm: no update was made
   std::vector<std::string> errors;     // self-check failures; non-empty = do not trust
 
   // One training_iterations[] record of the run log (docs/run-log.md).

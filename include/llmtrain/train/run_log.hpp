@@ -26,12 +26,18 @@ struct RunEnvironment {
   std::string device_type = "cpu";        // "cpu" | "cuda"
   int threads_per_rank = 1;
   std::string attention_backend_used;     // after the fallback chain
+  std::string attention_kernel;           // e.g. "sdpa (SDPA flash (CPU))", "flash_attn_3 (SDPA cuDNN)"
+  std::string precision;                  // dtype, loss scaling, TF32
   std::string parallelism;                // e.g. "DDP (MPI allreduce)", "ZeRO-1 (NCCL)", "FSDP"
 };
 
-// Versions of the libraries this binary runs with: libtorch (TORCH_VERSION),
-// mpi (MPI_Get_library_version), hdf5 (H5get_libversion), nccl (when built), llmtrain.
+// Versions of the libraries this binary runs with: libtorch (TORCH_VERSION), the
+// CUDA (torch_cuda) and cuDNN (cudnn) of that LibTorch (null in a CPU LibTorch),
+// its CPU math (cpu_math: MKL/oneDNN and intra-op threads), mpi
+// (MPI_Get_library_version), hdf5 (H5get_libversion), nccl (when built), llmtrain.
 nlohmann::json library_versions();
+// One line of them, as `llmtrain --version` and the start-up block print it.
+std::string format_versions(const nlohmann::json& versions);
 
 // startup_info of the run log: {"config": {every Config key, world_size,
 // gradient_accumulation_steps_per_gpu, attention_backend_used, versions, devices ...},

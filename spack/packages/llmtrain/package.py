@@ -16,7 +16,7 @@ class Llmtrain(CMakePackage, CudaPackage):
     # Built from the checkout (spack.yaml: develop: llmtrain: path: .). A
     # release would add url= and sha256= here.
     version("main")
-    version("0.1.0")
+    version("0.2.0")
 
     variant("tests", default=False, description="Build the GoogleTest/CTest suite (LLMTRAIN_BUILD_TESTS)")
     variant("benchmarks", default=False, description="Build the Google Benchmark programs (LLMTRAIN_BUILD_BENCHMARKS)")
@@ -31,16 +31,17 @@ class Llmtrain(CMakePackage, CudaPackage):
     depends_on("hdf5@1.10:+mpi")
     depends_on("boost@1.70:+program_options")
     depends_on("nlohmann-json@3.9:")
-    depends_on("fmt")
+    depends_on("fmt")  # used only where the LibTorch has no fmt headers of its own (torch/include/fmt)
     depends_on("pcre2")  # tokenizer pre-split regex (libpcre2-8, Unicode properties)
     depends_on("icu4c")  # NFC normalization (Qwen3 tokenizer), found through pkg-config icu-uc
-    depends_on("openblas", when="~cuda")  # CPU LibTorch: without a fast BLAS it is ~20x slower
 
     # LibTorch comes from py-torch (its site-packages/torch holds the C++
-    # headers, libraries and TorchConfig.cmake); see _torch_cmake_dir().
-    depends_on("py-torch@1.13:")
+    # headers, libraries and TorchConfig.cmake); see _torch_cmake_dir(). The
+    # minimum is the major.minor of the pin in python/requirements.txt (2.11.0,
+    # the PyPI wheel for CUDA 13): cmake/LLMTrainTorch.cmake refuses anything older.
+    depends_on("py-torch@2.11:")
     depends_on("py-torch~cuda", when="~cuda")
-    depends_on("py-torch@2.1:+cuda", when="+cuda")
+    depends_on("py-torch+cuda", when="+cuda")
     depends_on("nccl", when="+cuda")
     depends_on("cuda@12:", when="+cuda")
     # The same GPU architecture everywhere (sm_90 = H100/H200, sm_100 = B200).
@@ -79,13 +80,15 @@ class Llmtrain(CMakePackage, CudaPackage):
         args = [
             self.define_from_variant("LLMTRAIN_BUILD_TESTS", "tests"),
             self.define_from_variant("LLMTRAIN_BUILD_BENCHMARKS", "benchmarks"),
-            self.define("LLMTRAIN_USE_CUDA", spec.satisfies("+cuda")),
+            self.define("LLMTRAIN_WITH_CUDA", spec.satisfies("+cuda")),
             self.define("Torch_DIR", self._torch_cmake_dir()),
             self.define("HDF5_PREFER_PARALLEL", True),
             self.define("MPI_CXX_COMPILER", spec["mpi"].mpicxx),
         ]
         if spec.satisfies("+cuda"):
-            args.append(self.define("CMAKE_CUDA_ARCHITECTURES", ";".join(spec.variants["cuda_arch"].value)))
+            # LibTorch's CMake config turns TORCH_CUDA_ARCH_LIST ("9.0;10.0") into -gencode flags.
+            archs = [a for a in spec.variants["cuda_arch"].value if a != "none"]
+            args.append(self.define("LLMTRAIN_CUDA_ARCH_LIST", ";".join(f"{int(a) // 10}.{int(a) % 10}" for a in archs)))
             args.append(self.define("NCCL_ROOT", spec["nccl"].prefix))
             args.append(self.define("CUDAToolkit_ROOT", spec["cuda"].prefix))
         return args

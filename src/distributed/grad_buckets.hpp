@@ -24,7 +24,7 @@
 
 #include <torch/torch.h>
 
-#include "llmtrain/dist/collectives.hpp"
+#include "llmtrain/distributed/collectives.hpp"
 
 namespace llmtrain {
 

@@ -7,8 +7,8 @@
 #include <torch/torch.h>
 
 #include "llmtrain/core/config.hpp"
-#include "llmtrain/dist/collectives.hpp"
-#include "llmtrain/dist/strategy.hpp"
+#include "llmtrain/distributed/collectives.hpp"
+#include "llmtrain/distributed/strategy.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "test_util.hpp"
 

@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "dist/fsdp.hpp"
+#include "distributed/fsdp.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/dist/strategy.hpp"
+#include "llmtrain/distributed/strategy.hpp"
 
 namespace llmtrain {
 

@@ -12,10 +12,10 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "dist/collectives_impl.hpp"
-#include "dist/raw_nccl.hpp"
+#include "distributed/collectives_impl.hpp"
+#include "distributed/raw_nccl.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/distributed/runtime.hpp"
 
 namespace llmtrain {
 

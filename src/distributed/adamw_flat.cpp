@@ -1,4 +1,4 @@
-#include "dist/adamw_flat.hpp"
+#include "distributed/adamw_flat.hpp"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "llmtrain/dist/collectives.hpp"
+#include "llmtrain/distributed/collectives.hpp"
 
 #include <mpi.h>
 
@@ -14,9 +14,9 @@
 #include <torch/torch.h>
 #include <c10/util/BFloat16.h>
 
-#include "dist/collectives_impl.hpp"
+#include "distributed/collectives_impl.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/distributed/runtime.hpp"
 
 namespace llmtrain {
 

@@ -1,4 +1,4 @@
-#include "llmtrain/dist/strategy.hpp"
+#include "llmtrain/distributed/strategy.hpp"
 
 #include <cmath>
 #include <unordered_set>
@@ -7,13 +7,13 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "dist/adamw_flat.hpp"
-#include "dist/fsdp.hpp"
-#include "dist/grad_buckets.hpp"
-#include "dist/timed_wait.hpp"
+#include "distributed/adamw_flat.hpp"
+#include "distributed/fsdp.hpp"
+#include "distributed/grad_buckets.hpp"
+#include "distributed/timed_wait.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/dist/collectives.hpp"
+#include "llmtrain/distributed/collectives.hpp"
 
 namespace llmtrain {
 
@@ -88,6 +88,7 @@ class DdpStrategy final : public Strategy {
     optimizer_->step();
     buckets_.zero();
   }
+  void skip_step() override { buckets_.zero(); }
 
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return state_bytes_; }
@@ -176,6 +177,7 @@ class Zero1Strategy final : public Strategy {
     });
     buckets_.zero();
   }
+  void skip_step() override { buckets_.zero(); }
 
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return state_bytes_; }

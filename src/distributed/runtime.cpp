@@ -1,6 +1,5 @@
-#include "llmtrain/dist/runtime.hpp"
+#include "llmtrain/distributed/runtime.hpp"
 
-#include <dlfcn.h>
 #include <malloc.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -106,13 +105,6 @@ std::string Runtime::mpi_version() const {
 }
 
 namespace {
-// OpenBLAS starts its own thread pool whatever LibTorch is told; set it through
-// its C API when the loaded BLAS is OpenBLAS.
-void set_blas_threads(int n) {
-  using setter = void (*)(int);
-  if (auto f = reinterpret_cast<setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
-}
-
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -150,8 +142,9 @@ torch::Device Runtime::setup_device(const Config& config) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_threads_ = config.num_threads > 0 ? static_cast<int>(config.num_threads)
                                         : std::max(1, cores / std::max(1, local_size_));
+  // The torch wheel's CPU math is MKL + oneDNN on OpenMP: set_num_threads sets
+  // all three (printed at start-up as the run log's cpu_math).
   torch::set_num_threads(num_threads_);
-  set_blas_threads(num_threads_);
   return device_;
 }
 

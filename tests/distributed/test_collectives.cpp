@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "llmtrain/dist/collectives.hpp"
+#include "llmtrain/distributed/collectives.hpp"
 #include "test_util.hpp"
 
 namespace llmtrain {

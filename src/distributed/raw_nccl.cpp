@@ -1,4 +1,4 @@
-#include "dist/raw_nccl.hpp"
+#include "distributed/raw_nccl.hpp"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

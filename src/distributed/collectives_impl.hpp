@@ -3,7 +3,7 @@
 #pragma once
 #include <memory>
 
-#include "llmtrain/dist/collectives.hpp"
+#include "llmtrain/distributed/collectives.hpp"
 
 namespace llmtrain {
 

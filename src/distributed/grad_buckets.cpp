@@ -1,4 +1,4 @@
-#include "dist/grad_buckets.hpp"
+#include "distributed/grad_buckets.hpp"
 
 #include <chrono>
 

@@ -19,7 +19,7 @@
 #pragma once
 #include <memory>
 
-#include "llmtrain/dist/strategy.hpp"
+#include "llmtrain/distributed/strategy.hpp"
 
 namespace llmtrain {
 

@@ -29,6 +29,10 @@ class Strategy {
   virtual double grad_norm() = 0;
   // Scales gradients by clip_coef (1 = none), AdamW step at `lr`, zero gradients.
   virtual void step(double lr, double clip_coef) = 0;
+  // Drops this iteration's gradients without an update (a non-finite gradient
+  // norm: fp16 loss-scale overflow, a NaN). Parameters and optimizer state,
+  // including AdamW's step count, stay as they were.
+  virtual void skip_step() = 0;
   // Seconds spent waiting on communication that did not overlap compute since
   // the last call.
   virtual double take_exposed_comm_seconds() = 0;

@@ -1,4 +1,4 @@
-#include "llmtrain/train/progress.hpp"
+#include "llmtrain/core/progress.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "dist/fsdp.hpp"
+#include "distributed/fsdp.hpp"
 
 #include <cmath>
 #include <unordered_set>
@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "dist/adamw_flat.hpp"
-#include "dist/timed_wait.hpp"
+#include "distributed/adamw_flat.hpp"
+#include "distributed/timed_wait.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/dist/collectives.hpp"
+#include "llmtrain/distributed/collectives.hpp"
 
 namespace llmtrain {
 
@@ -204,6 +204,11 @@ class FsdpStrategy final : public Strategy {
         gather(u);
       }
     }
+  }
+
+  void skip_step() override {
+    torch::NoGradGuard no_grad;
+    for (auto& u : units_) u.grad_shard.zero_();
   }
 
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
