@@ -21,7 +21,7 @@ using llmtrain::model_detail::AttentionPlan;
 using llmtrain::model_detail::causal_attention;
 using llmtrain::model_detail::plan_attention;
 
-void attention_fwd_bwd(benchmark::State& state, const std::string& backend, int64_t H, int64_t K,
+void attention_fwd_bwd(benchmark::State& state, llmtrain::AttentionBackend backend, int64_t H, int64_t K,
                        torch::ScalarType dtype) {
   const int64_t T = state.range(0), D = 128, B = 1;
   torch::manual_seed(0);
@@ -32,7 +32,7 @@ void attention_fwd_bwd(benchmark::State& state, const std::string& backend, int6
   auto dy = torch::randn({B, H, T, D}, opt);
   const AttentionPlan plan = plan_attention(backend, torch::kCPU, dtype, H, K, D, T, 0.0);
   torch::Tensor mask;
-  if (plan.backend == "manual") mask = torch::full({T, T}, -INFINITY).triu(1);
+  if (plan.backend == llmtrain::AttentionBackend::manual) mask = torch::full({T, T}, -INFINITY).triu(1);
   state.SetLabel(plan.label());
   for (auto _ : state) {
     auto y = causal_attention(q, k, v, plan, mask, 0.0, /*training=*/true);
@@ -50,12 +50,13 @@ void attention_fwd_bwd(benchmark::State& state, const std::string& backend, int6
   BENCHMARK_CAPTURE(attention_fwd_bwd, name, backend, H, K, dtype)->Arg(256)->Arg(1024)        \
       ->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime()
 
-ATTN_BENCH(gqa16x8_fp32_sdpa, "sdpa", 16, 8, torch::kFloat);
-ATTN_BENCH(gqa16x8_fp32_manual, "manual", 16, 8, torch::kFloat);
-ATTN_BENCH(gqa16x8_bf16_sdpa, "sdpa", 16, 8, torch::kBFloat16);
-ATTN_BENCH(gqa16x8_bf16_manual, "manual", 16, 8, torch::kBFloat16);
-ATTN_BENCH(mha16_fp32_sdpa, "sdpa", 16, 16, torch::kFloat);
-ATTN_BENCH(mha16_fp32_manual, "manual", 16, 16, torch::kFloat);
+using llmtrain::AttentionBackend;
+ATTN_BENCH(gqa16x8_fp32_sdpa, AttentionBackend::sdpa, 16, 8, torch::kFloat);
+ATTN_BENCH(gqa16x8_fp32_manual, AttentionBackend::manual, 16, 8, torch::kFloat);
+ATTN_BENCH(gqa16x8_bf16_sdpa, AttentionBackend::sdpa, 16, 8, torch::kBFloat16);
+ATTN_BENCH(gqa16x8_bf16_manual, AttentionBackend::manual, 16, 8, torch::kBFloat16);
+ATTN_BENCH(mha16_fp32_sdpa, AttentionBackend::sdpa, 16, 16, torch::kFloat);
+ATTN_BENCH(mha16_fp32_manual, AttentionBackend::manual, 16, 16, torch::kFloat);
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 // Forward + backward of one micro-batch for each model family at a small size,
 // and the attention backends side by side. Counters: tokens/s and achieved
-// GFLOP/s by DESIGN's rule (flops_per_token = 6N + 12 L H Q T covers forward
+// GFLOP/s by docs/mfu.md's rule (flops_per_token = 6N + 12 L H Q T covers forward
 // and backward).
 //   build/bin/bench-model --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -37,9 +37,9 @@ ModelConfig small(const std::string& family, int64_t block_size) {
     m.head_dim = 96;  // n_head * head_dim = 384 != n_embd, as Qwen3
   }
   if (family == "gpt2") {
-    m.norm = "layernorm";
-    m.pos_encoding = "learned";
-    m.ffn = "gelu";
+    m.norm = llmtrain::NormKind::layernorm;
+    m.pos_encoding = llmtrain::PosEncoding::learned;
+    m.ffn = llmtrain::FfnKind::gelu;
     m.ffn_hidden = 1024;
     m.bias = true;
     m.tie_embeddings = true;
@@ -49,9 +49,9 @@ ModelConfig small(const std::string& family, int64_t block_size) {
 
 void run_fwd_bwd(benchmark::State& state, ModelConfig m, int64_t batch) {
   Transformer model(m);
-  if (model->attention_backend_used() != m.attention_backend) {
-    state.SkipWithError(("backend " + m.attention_backend + " is not built here (falls back to " +
-                         model->attention_backend_used() + ")")
+  if (model->attention_backend_used() != llmtrain::to_string(m.attention_backend)) {
+    state.SkipWithError((std::string("backend ") + llmtrain::to_string(m.attention_backend) +
+                         " is not available here (falls back to " + model->attention_backend_used() + ")")
                             .c_str());
     return;
   }
@@ -74,13 +74,13 @@ void run_fwd_bwd(benchmark::State& state, ModelConfig m, int64_t batch) {
 
 void BM_Family(benchmark::State& state, const std::string& family) {
   auto m = small(family, 256);
-  m.attention_backend = "manual";
+  m.attention_backend = llmtrain::AttentionBackend::manual;
   run_fwd_bwd(state, m, 8);
 }
 
 void BM_Backend(benchmark::State& state, const std::string& backend) {
   auto m = small("llama3", 1024);  // long enough for attention to matter
-  m.attention_backend = backend;
+  m.attention_backend = llmtrain::attention_backend_from_string(backend);
   run_fwd_bwd(state, m, 2);
 }
 

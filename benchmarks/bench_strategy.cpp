@@ -39,7 +39,7 @@ llmtrain::ModelConfig model_config(int64_t tokens) {
   mc.vocab_size = mc.padded_vocab = 256;
   mc.block_size = tokens;
   mc.n_layer = 4, mc.n_head = 8, mc.n_kv_head = 8, mc.n_embd = 512, mc.head_dim = 64, mc.ffn_hidden = 1408;
-  mc.attention_backend = "manual";  // the strategy is measured, not the attention kernel
+  mc.attention_backend = llmtrain::AttentionBackend::manual;  // the strategy is measured, not the attention kernel
   return mc;
 }
 
@@ -58,7 +58,7 @@ void run(benchmark::State& state, Kind kind, llmtrain::MpiAsync mode) {
   cfg.use_zero1 = kind == Kind::zero1;
   cfg.use_fsdp = kind == Kind::fsdp_prefetch || kind == Kind::fsdp_blocking;
   cfg.fsdp_prefetch = kind == Kind::fsdp_prefetch;
-  auto strategy = llmtrain::make_strategy(cfg, model, *comm);
+  auto strategy = llmtrain::make_strategy(llmtrain::StrategyOptions::from_config(cfg), model, *comm);
   torch::manual_seed(10 + comm->rank());
   const auto tokens = torch::randint(0, mc.vocab_size, {1, T + 1}, torch::kLong);
   const auto x = tokens.narrow(1, 0, T), y = tokens.narrow(1, 1, T);

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "llmtrain/data/tokenizer.hpp"
+#include "llmtrain/tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 

@@ -14,8 +14,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/train/run_log.hpp"
+#include "llmtrain/train/run_report.hpp"
 
 namespace fs = std::filesystem;
 namespace po = boost::program_options;

@@ -20,6 +20,7 @@
 #include "data/shard_io.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/core/hash.hpp"
 #include "llmtrain/data/hdf5_mutex.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 
@@ -29,15 +30,6 @@ namespace fs = std::filesystem;
 using data::H5Id;
 
 DataInfo read_data_info(const std::string& data_dir) { return data::read_data_index(data_dir).info; }
-
-namespace {
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 uint64_t sample_window_index(uint64_t seed, uint64_t stream, int64_t iter, int64_t k, uint64_t num_windows) {
   uint64_t h = splitmix64(seed);
@@ -220,11 +212,24 @@ struct TokenLoader::Impl {
   }
 };
 
-TokenLoader::TokenLoader(const Config& config, const Runtime& rt, const std::string& split, torch::Device device,
-                         uint64_t stream)
+LoaderOptions LoaderOptions::from_config(const Config& c) {
+  LoaderOptions o;
+  o.data_dir = c.data_dir;
+  o.seed = static_cast<uint64_t>(c.seed);
+  o.batch_size = c.batch_size;
+  o.block_size = c.block_size;
+  o.gradient_accumulation_steps = c.gradient_accumulation_steps;
+  o.vocab_size = c.vocab_size;
+  o.num_workers = c.use_dataloader ? c.dataloader_num_workers : 0;
+  o.prefetch_factor = c.dataloader_prefetch_factor;
+  return o;
+}
+
+TokenLoader::TokenLoader(const LoaderOptions& config, const Runtime& rt, const std::string& split,
+                         torch::Device device, uint64_t stream)
     : TokenLoader(config, rt.rank(), rt.world_size(), split, device, stream) {}
 
-TokenLoader::TokenLoader(const Config& config, int rank, int world_size, const std::string& split,
+TokenLoader::TokenLoader(const LoaderOptions& config, int rank, int world_size, const std::string& split,
                          torch::Device device, uint64_t stream)
     : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
@@ -234,7 +239,7 @@ TokenLoader::TokenLoader(const Config& config, int rank, int world_size, const s
   m.info = index.info;
   m.split = split;
   m.device = device;
-  m.seed = static_cast<uint64_t>(config.seed);
+  m.seed = config.seed;
   m.stream = stream;
   m.rank = rank;
   m.world_size = world_size;
@@ -270,8 +275,8 @@ TokenLoader::TokenLoader(const Config& config, int rank, int world_size, const s
 
   int level = MPI_THREAD_SINGLE;
   MPI_CHECK(MPI_Query_thread(&level));
-  m.num_workers = config.use_dataloader ? config.dataloader_num_workers : 0;
-  m.prefetch = config.dataloader_prefetch_factor;
+  m.num_workers = config.num_workers;
+  m.prefetch = config.prefetch_factor;
   m.use_mpio = m.num_workers == 0 || level >= MPI_THREAD_MULTIPLE;
   if (m.num_workers > 0) m.start_workers();
 }

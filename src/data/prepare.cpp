@@ -24,8 +24,10 @@
 
 #include "data/data_index.hpp"
 #include "data/shard_io.hpp"
+#include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/data/tokenizer.hpp"
+#include "llmtrain/core/hash.hpp"
+#include "llmtrain/tokenizer/tokenizer.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/core/progress.hpp"
 
@@ -79,18 +81,11 @@ std::vector<InputFile> list_inputs(const std::vector<std::string>& inputs, const
   return files;
 }
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Train/val by a hash of where the document starts (file index, byte offset):
 // known to whichever rank reads the document, independent of the rank count.
 bool goes_to_val(uint64_t seed, size_t file_index, int64_t offset, double val_fraction) {
   if (val_fraction <= 0.0) return false;
-  const uint64_t h = mix64(mix64(mix64(seed) ^ file_index) ^ static_cast<uint64_t>(offset));
+  const uint64_t h = splitmix64(splitmix64(splitmix64(seed) ^ file_index) ^ static_cast<uint64_t>(offset));
   return static_cast<double>(h >> 11) * 0x1.0p-53 < val_fraction;
 }
 
@@ -234,7 +229,7 @@ SplitTokens<T> tokenize_range(const std::vector<InputFile>& files, int64_t lo, i
 void clear_output(const std::string& out_dir) {
   fs::create_directories(out_dir);
   fs::remove(fs::path(out_dir) / "index.json");
-  static const std::regex ours(R"((train|val)_\d{5}\.h5(\.tmp)?|index\.json\.tmp)");
+  static const std::regex ours(R"((train|val)_\d{5}\.h5(\.tmp)?|\.index\.json\.tmp\.\d+)");
   for (const auto& e : fs::directory_iterator(out_dir))
     if (std::regex_match(e.path().filename().string(), ours)) fs::remove(e.path());
 }
@@ -313,13 +308,7 @@ PrepareResult write_all(MPI_Comm comm, const PrepareOptions& opt, SplitTokens<T>
   for (size_t i = 0; i < val_counts.size(); ++i) index.val.push_back({shard_file_name("val", i), val_counts[i]});
   // index.json last and by rename: it exists only when every shard is complete.
   if (rank == 0) {
-    const fs::path tmp = fs::path(opt.out_dir) / "index.json.tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      out << data_index_json(index, sources);
-      if (!out) throw DataError(fmt::format("cannot write '{}'", tmp.string()));
-    }
-    fs::rename(tmp, fs::path(opt.out_dir) / "index.json");
+    write_file_atomic(fs::path(opt.out_dir) / "index.json", data_index_json(index, sources));
   }
   MPI_CHECK(MPI_Barrier(comm));
   PrepareResult r;

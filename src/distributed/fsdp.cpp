@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "distributed/adamw_flat.hpp"
+#include "distributed/sharded_adamw.hpp"
 #include "distributed/timed_wait.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
@@ -18,8 +18,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-constexpr double kAdamEps = 1e-8;
 
 // Gives the storage behind `t` exactly `nbytes` of fresh memory (0: frees it).
 // The StorageImpl stays the same object, so every view of it (the parameters,
@@ -52,34 +50,23 @@ class FsdpStrategy final : public Strategy {
  public:
   struct Unit {
     std::vector<torch::Tensor> params;
-    std::vector<int64_t> offsets;  // elements into the flat unit
-    std::vector<bool> decay;
+    std::vector<FlatEntry> entries;  // where each parameter sits in the flat unit
     torch::ScalarType dtype = torch::kFloat;
     int64_t numel = 0;          // padded to a multiple of W
     torch::Tensor full;         // (numel,) storage 0 bytes unless gathered
-    torch::Tensor shard;        // (numel/W,)
-    torch::Tensor master;       // (numel/W,) fp32, lower-precision parameters only
+    torch::Tensor shard;        // (numel/W,) this rank's parameters (AdamW updates it)
     torch::Tensor grad_shard;   // (numel/W,)
-    std::unique_ptr<FlatAdamW> adam;
     bool resident = false;      // full parameters never freed (root without hooks)
     bool gathered = false;      // full storage allocated; values ready once gather_work is done
     std::unique_ptr<CommWork> gather_work;  // a prefetch in flight
     bool reduced = false;       // reduce-scattered in the current backward
   };
 
-  FsdpStrategy(const Config& c, const ParamGroups& g, Collectives& comm, bool hooked)
-      : comm_(comm), hyper_{c.beta1, c.beta2, kAdamEps, c.weight_decay}, hooked_(hooked), prefetch_(c.fsdp_prefetch) {
+  FsdpStrategy(const StrategyOptions& o, const ParamGroups& g, Collectives& comm, bool hooked)
+      : comm_(comm), adam_(o.adamw, comm), hooked_(hooked), prefetch_(o.fsdp_prefetch) {
     const int W = comm.world_size();
-    {
-      // Every rank starts from rank 0's values.
-      torch::NoGradGuard no_grad;
-      for (const auto& p : g.params) {
-        auto t = p.detach();
-        comm.broadcast(t, 0);
-      }
-    }
-    std::unordered_set<const void*> no_decay;
-    for (const auto& p : g.no_decay) no_decay.insert(p.unsafeGetTensorImpl());
+    broadcast_params(g.params, comm);  // every rank starts from rank 0's values
+    const auto decay = decay_flags(g);
     std::vector<bool> in_block(g.params.size(), false);
     auto add_unit = [&](const std::vector<int>& idx, bool resident) {
       Unit u;
@@ -92,8 +79,7 @@ class FsdpStrategy final : public Strategy {
         LLMTRAIN_CHECK(p.scalar_type() == u.dtype, "FSDP: a sharding unit mixes dtypes {} and {} (parameter {})",
                        c10::toString(u.dtype), c10::toString(p.scalar_type()), i);
         u.params.push_back(p);
-        u.offsets.push_back(u.numel);
-        u.decay.push_back(no_decay.count(p.unsafeGetTensorImpl()) == 0);
+        u.entries.push_back({i, u.numel, p.numel(), decay.at(static_cast<size_t>(i))});
         u.numel += p.numel();
       }
       if (u.params.empty()) return;
@@ -123,22 +109,14 @@ class FsdpStrategy final : public Strategy {
       u.full = torch::zeros({u.numel}, opts);
       for (size_t k = 0; k < u.params.size(); ++k) {
         auto& p = u.params[k];
-        auto view = u.full.narrow(0, u.offsets[k], p.numel()).view(p.sizes());
+        auto view = u.full.narrow(0, u.entries[k].offset, p.numel()).view(p.sizes());
         view.copy_(p);
         p.set_data(view);  // the parameter now lives in the unit's flat buffer
       }
       const int64_t n = u.numel / W, lo = r * n;
       u.shard = u.full.narrow(0, lo, n).clone();
-      if (u.dtype != torch::kFloat) u.master = u.shard.to(torch::kFloat);
       u.grad_shard = torch::zeros({n}, opts);
-      std::vector<DecayRange> decay;
-      for (size_t k = 0; k < u.params.size(); ++k) {
-        if (!u.decay[k]) continue;
-        const int64_t a = std::max(lo, u.offsets[k]), e = std::min(lo + n, u.offsets[k] + u.params[k].numel());
-        if (a < e) decay.push_back({a - lo, e - a});
-      }
-      u.adam = std::make_unique<FlatAdamW>(n, std::move(decay), u.full.device());
-      state_bytes_ += u.adam->state_bytes() + (u.master.defined() ? u.master.nbytes() : 0);
+      adam_.add_shard(u.shard, u.grad_shard, shard_ranges(u.entries, lo, n));  // shard i = unit i
       u.gathered = true;
       free(u);
     }
@@ -175,26 +153,12 @@ class FsdpStrategy final : public Strategy {
     for (auto& u : units_) u.grad_shard.div_(comm_.world_size());  // sums -> exact averages
   }
 
-  double grad_norm() override {
-    double sq = 0;
-    for (auto& u : units_) {
-      const double n = u.grad_shard.norm().item<double>();
-      sq += n * n;
-    }
-    const auto device = units_.empty() ? torch::Device(torch::kCPU) : units_[0].full.device();
-    auto t = torch::tensor({sq}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
-    add_wait_seconds(exposed_, [&] { comm_.allreduce_sum(t); });
-    return std::sqrt(t.item<double>());
-  }
+  double grad_norm() override { return adam_.grad_norm(exposed_); }
 
   void step(double lr, double clip_coef) override {
     torch::NoGradGuard no_grad;
-    ++step_;
-    for (auto& u : units_) {
-      auto g = clip_coef != 1.0 ? u.grad_shard * clip_coef : u.grad_shard;
-      auto& master = u.master.defined() ? u.master : u.shard;
-      u.adam->step(master, g, lr, hyper_, step_);
-      if (u.master.defined()) u.shard.copy_(u.master);
+    adam_.step(lr, clip_coef, [&](size_t i) {
+      auto& u = units_[i];
       u.grad_shard.zero_();
       // Full copies still held (resident root, materialize_parameters) must
       // not go stale.
@@ -203,7 +167,7 @@ class FsdpStrategy final : public Strategy {
         u.gathered = false;
         gather(u);
       }
-    }
+    });
   }
 
   void skip_step() override {
@@ -212,10 +176,10 @@ class FsdpStrategy final : public Strategy {
   }
 
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
-  int64_t optimizer_state_bytes() const override { return state_bytes_; }
+  int64_t optimizer_state_bytes() const override { return adam_.state_bytes(); }
 
   int64_t persistent_state_bytes() const override {
-    int64_t b = state_bytes_;
+    int64_t b = adam_.state_bytes();
     for (const auto& u : units_) {
       b += static_cast<int64_t>(u.full.storage().nbytes()) + u.shard.nbytes() + u.grad_shard.nbytes();
       for (const auto& p : u.params)
@@ -303,7 +267,7 @@ class FsdpStrategy final : public Strategy {
     auto flat = torch::zeros({u.numel}, u.full.options());
     for (size_t k = 0; k < u.params.size(); ++k) {
       auto& p = u.params[k];
-      if (p.grad().defined()) flat.narrow(0, u.offsets[k], p.numel()).copy_(p.grad().reshape({-1}));
+      if (p.grad().defined()) flat.narrow(0, u.entries[k].offset, p.numel()).copy_(p.grad().reshape({-1}));
       p.mutable_grad() = torch::Tensor();
     }
     complete_pending();
@@ -331,16 +295,14 @@ class FsdpStrategy final : public Strategy {
   Pending pending_;
 
   Collectives& comm_;
-  AdamWHyper hyper_;
+  ShardedAdamW adam_;
   bool hooked_;
   bool prefetch_;
   std::vector<Unit> units_;
   std::vector<int> block_unit_;  // block index -> unit
   int root_ = -1;
   std::shared_ptr<FsdpHooks> hooks_;
-  int64_t step_ = 0;
   double exposed_ = 0;
-  int64_t state_bytes_ = 0;
 };
 
 // Before the block: forward gathers its parameters (and prefetches the next
@@ -398,9 +360,9 @@ torch::Tensor FsdpHooks::run_block(int64_t i, const torch::Tensor& x,
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_fsdp_strategy(const Config& config, const ParamGroups& groups, Collectives& comm,
-                                             std::shared_ptr<ForwardHooks>* hooks) {
-  auto s = std::make_unique<FsdpStrategy>(config, groups, comm, hooks != nullptr);
+std::unique_ptr<Strategy> make_fsdp_strategy(const StrategyOptions& options, const ParamGroups& groups,
+                                             Collectives& comm, std::shared_ptr<ForwardHooks>* hooks) {
+  auto s = std::make_unique<FsdpStrategy>(options, groups, comm, hooks != nullptr);
   if (hooks) {
     auto h = std::make_shared<FsdpHooks>(s.get());
     s->set_hooks(h);

@@ -3,9 +3,8 @@
 // A unit is a transformer block (ParamGroups::units) or the rest of the
 // parameters (embeddings, final norm, head: the root unit). Per unit and rank:
 //   shard      (n/W,)  this rank's parameters (n padded to a multiple of W)
-//   master     (n/W,)  fp32, only when parameters are stored below fp32
 //   grad_shard (n/W,)  sum over micro-steps of the reduce-scattered gradient
-//   AdamW moments for the shard (adamw_flat.hpp)
+//   AdamW moments and, below fp32, an fp32 master copy (sharded_adamw.hpp)
 //   full       (n,)    the parameters point at views of it; its storage has
 //                      0 bytes except while the unit is gathered.
 // Block units are gathered just before the block's forward and freed after it,
@@ -28,7 +27,7 @@ namespace llmtrain {
 // before_forward() and freed after each backward. When null (no model to hook),
 // every parameter is one root unit whose full parameters stay resident
 // (gradients and optimizer state are still sharded).
-std::unique_ptr<Strategy> make_fsdp_strategy(const Config& config, const ParamGroups& groups, Collectives& comm,
-                                             std::shared_ptr<ForwardHooks>* hooks);
+std::unique_ptr<Strategy> make_fsdp_strategy(const StrategyOptions& options, const ParamGroups& groups,
+                                             Collectives& comm, std::shared_ptr<ForwardHooks>* hooks);
 
 }  // namespace llmtrain

@@ -24,7 +24,7 @@ GradBuckets::GradBuckets(const std::vector<torch::Tensor>& params, const std::ve
       buckets_.back().dtype = p.scalar_type();
     }
     auto& b = buckets_.back();
-    Slot s{p, static_cast<int>(buckets_.size() - 1), b.numel, p.numel(), decay[k]};
+    Slot s{p, static_cast<int>(k), static_cast<int>(buckets_.size() - 1), b.numel, p.numel(), decay[k]};
     b.numel += p.numel();
     b.slots.push_back(static_cast<int>(slots_.size()));
     slots_.push_back(s);

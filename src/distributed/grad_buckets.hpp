@@ -34,6 +34,7 @@ class GradBuckets {
 
   struct Slot {
     torch::Tensor param;
+    int index = 0;       // position of the parameter in the constructor's `params`
     int bucket = 0;
     int64_t offset = 0;  // elements into the bucket
     int64_t numel = 0;

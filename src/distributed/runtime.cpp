@@ -17,7 +17,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
 
@@ -117,9 +116,9 @@ std::string cpu_model() {
 }
 }  // namespace
 
-torch::Device Runtime::setup_device(const Config& config) {
+torch::Device Runtime::setup_device(const std::string& want, int64_t num_threads) {
   const bool have_cuda = torch::cuda::is_available();
-  if (config.device == "cuda" && !have_cuda)
+  if (want == "cuda" && !have_cuda)
     throw Error(fmt::format("device=cuda was requested on rank {} ({}), but {}", rank_, hostname_,
 #ifdef LLMTRAIN_WITH_CUDA
                             "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the job's --gpus)"
@@ -127,7 +126,7 @@ torch::Device Runtime::setup_device(const Config& config) {
                             "this llmtrain was built without CUDA (LLMTRAIN_USE_CUDA=OFF)"
 #endif
                             ));
-  if (config.device != "cpu" && have_cuda) {
+  if (want != "cpu" && have_cuda) {
     const int n = static_cast<int>(torch::cuda::device_count());
     const int idx = local_rank_ % n;
     if (local_size_ > n)
@@ -140,8 +139,7 @@ torch::Device Runtime::setup_device(const Config& config) {
     device_ = torch::Device(torch::kCPU);
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  num_threads_ = config.num_threads > 0 ? static_cast<int>(config.num_threads)
-                                        : std::max(1, cores / std::max(1, local_size_));
+  num_threads_ = num_threads > 0 ? static_cast<int>(num_threads) : std::max(1, cores / std::max(1, local_size_));
   // The torch wheel's CPU math is MKL + oneDNN on OpenMP: set_num_threads sets
   // all three (printed at start-up as the run log's cpu_math).
   torch::set_num_threads(num_threads_);

@@ -7,13 +7,12 @@
 #include <torch/torch.h>
 
 #include "distributed/fsdp.hpp"
-#include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/strategy.hpp"
 
 namespace llmtrain {
 
-std::unique_ptr<Strategy> make_strategy(const Config& config, Transformer model, Collectives& comm) {
+std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, Transformer model, Collectives& comm) {
   ParamGroups g;
   g.params = model->parameters();
   g.no_decay = model->no_decay_parameters();
@@ -30,15 +29,15 @@ std::unique_ptr<Strategy> make_strategy(const Config& config, Transformer model,
     for (const auto& p : block->parameters()) unit.push_back(index.at(p.unsafeGetTensorImpl()));
     g.units.push_back(std::move(unit));
   }
-  if (config.use_fsdp) {
+  if (options.kind == StrategyOptions::Kind::fsdp) {
     // Blocks are sharded; the model gathers them through hooks it knows only
     // as ForwardHooks.
     std::shared_ptr<ForwardHooks> hooks;
-    auto s = make_fsdp_strategy(config, g, comm, &hooks);
+    auto s = make_fsdp_strategy(options, g, comm, &hooks);
     model->set_forward_hooks(hooks);
     return s;
   }
-  return make_strategy(config, g, comm);
+  return make_strategy(options, g, comm);
 }
 
 }  // namespace llmtrain

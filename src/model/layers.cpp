@@ -113,35 +113,34 @@ at::SDPBackend sdpa_choice(SdpaKernel k, torch::Device device, torch::ScalarType
 }  // namespace
 
 std::string AttentionPlan::label() const {
-  return backend == "manual" ? backend : fmt::format("{} ({})", backend, kernel_used);
+  return backend == AttentionBackend::manual ? to_string(backend)
+                                             : fmt::format("{} ({})", to_string(backend), kernel_used);
 }
 
-AttentionPlan plan_attention(const std::string& requested, torch::Device device, torch::ScalarType dtype,
+AttentionPlan plan_attention(AttentionBackend requested, torch::Device device, torch::ScalarType dtype,
                              int64_t H, int64_t K, int64_t D, int64_t T, double dropout) {
-  static const std::vector<std::string> chain = {"flash_attn_3", "flash_attn_2", "sdpa", "manual"};
+  static const std::vector<AttentionBackend> chain = {AttentionBackend::flash_attn_3, AttentionBackend::flash_attn_2,
+                                                      AttentionBackend::sdpa, AttentionBackend::manual};
   const auto start = std::find(chain.begin(), chain.end(), requested);
-  if (start == chain.end())
-    throw ConfigError(fmt::format("config key 'attention_backend': invalid value '{}': expected one of "
-                                  "flash_attn_3, flash_attn_2, sdpa, manual",
-                                  requested));
   AttentionPlan plan;
   plan.requested = requested;
   const bool cuda = device.is_cuda();
   const std::string where = fmt::format("{} heads x {} (KV {}), {}, {}", H, D, K, c10::toString(dtype),
                                         cuda ? "CUDA" : "CPU");
   for (auto it = start; it != chain.end(); ++it) {
-    const std::string& b = *it;
-    if (b == "manual") {
+    const AttentionBackend b = *it;
+    if (b == AttentionBackend::manual) {
       plan.backend = b;
       plan.kernel_used = "manual";
       return plan;
     }
-    const SdpaKernel k = b == "flash_attn_3" ? SdpaKernel::cudnn
-                         : b == "flash_attn_2" ? SdpaKernel::flash
-                                               : SdpaKernel::any;
+    const SdpaKernel k = b == AttentionBackend::flash_attn_3   ? SdpaKernel::cudnn
+                         : b == AttentionBackend::flash_attn_2 ? SdpaKernel::flash
+                                                               : SdpaKernel::any;
     if (k != SdpaKernel::any && !cuda) {
       plan.unavailable.push_back(fmt::format("attention_backend {} is not available on CPU ({} is a CUDA kernel)",
-                                             b, k == SdpaKernel::cudnn ? "SDPA's cuDNN attention" : "FlashAttention-2"));
+                                             to_string(b),
+                                             k == SdpaKernel::cudnn ? "SDPA's cuDNN attention" : "FlashAttention-2"));
       continue;
     }
     const at::SDPBackend chosen = sdpa_choice(k, device, dtype, H, K, D, T, dropout);
@@ -152,7 +151,7 @@ AttentionPlan plan_attention(const std::string& requested, torch::Device device,
     if (!ok) {
       plan.unavailable.push_back(fmt::format("attention_backend {} cannot run {} (SDPA's dispatcher refused the "
                                              "kernel; run with TORCH_CPP_LOG_LEVEL=INFO for its reasons)",
-                                             b, where));
+                                             to_string(b), where));
       continue;
     }
     plan.backend = b;
@@ -168,7 +167,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t K = k.size(1), G = H / K;
   const double p = training ? dropout : 0.0;
-  if (plan.backend != "manual") {
+  if (plan.backend != AttentionBackend::manual) {
     // On CPU the flags do not matter (SDPA has one fused CPU kernel); on CUDA
     // they hold SDPA to the planned kernel, so it never falls back silently.
     std::optional<SdpaKernelGuard> guard;
@@ -230,7 +229,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 
 // ---- MLP -------------------------------------------------------------------------
 
-MlpImpl::MlpImpl(const ModelConfig& cfg) : swiglu_(cfg.ffn == "swiglu") {
+MlpImpl::MlpImpl(const ModelConfig& cfg) : swiglu_(cfg.ffn == FfnKind::swiglu) {
   const int64_t out = swiglu_ ? 2 * cfg.ffn_hidden : cfg.ffn_hidden;
   c_fc = register_module("c_fc", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, out).bias(cfg.bias)));
   c_proj = register_module("c_proj",
@@ -251,7 +250,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
 // ---- block -----------------------------------------------------------------------
 
 BlockImpl::BlockImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan) : dropout_(cfg.dropout) {
-  const bool ln = cfg.norm == "layernorm";
+  const bool ln = cfg.norm == NormKind::layernorm;
   ln_1 = register_module("ln_1", Norm(cfg.n_embd, ln, cfg.bias, cfg.norm_eps));
   attn = register_module("attn", Attention(cfg, std::move(plan)));
   ln_2 = register_module("ln_2", Norm(cfg.n_embd, ln, cfg.bias, cfg.norm_eps));

@@ -42,8 +42,8 @@ std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t T, int64_t D, double
 // flash_attn_2 = flash; sdpa = SDPA's own choice among all of them).
 enum class SdpaKernel { any, flash, cudnn, efficient };
 struct AttentionPlan {
-  std::string requested;            // the config's attention_backend
-  std::string backend = "manual";   // flash_attn_3 | flash_attn_2 | sdpa | manual
+  AttentionBackend requested = AttentionBackend::manual;  // the config's attention_backend
+  AttentionBackend backend = AttentionBackend::manual;    // what serves it
   SdpaKernel kernel = SdpaKernel::any;
   std::string kernel_used;          // what actually runs, e.g. "SDPA cuDNN", "SDPA flash (CPU)", "manual"
   std::vector<std::string> unavailable;  // one line per step of the chain that could not serve
@@ -54,8 +54,7 @@ struct AttentionPlan {
 // The plan for `requested` on `device` with activations of `dtype`, checked with
 // SDPA's own dispatcher (at::_fused_sdp_choice) on tensors of the model's head
 // layout: H query heads, K KV heads, head width D, T positions.
-// Throws ConfigError for a name outside the chain.
-AttentionPlan plan_attention(const std::string& requested, torch::Device device, torch::ScalarType dtype,
+AttentionPlan plan_attention(AttentionBackend requested, torch::Device device, torch::ScalarType dtype,
                              int64_t H, int64_t K, int64_t D, int64_t T, double dropout);
 
 // Causal attention core. q: (B, H, T, D), k, v: (B, K, T, D) -> (B, H, T, D).

@@ -2,9 +2,8 @@
 // Read Trainer::Impl::train_step first: one iteration, top to bottom.
 #include "llmtrain/train/trainer.hpp"
 
-#include <mpi.h>
-
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 
@@ -34,20 +33,6 @@ void sync_device(torch::Device d) {
   (void)d;
 #endif
 }
-
-// The stop signal seen by any rank (0 = none): all ranks stop after the same iteration.
-int stop_signal_any_rank() {
-  int mine = Runtime::stop_signal(), any = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  return any;
-}
-
-// Mean of a per-rank scalar over all ranks.
-double mean_over_ranks(double v, int world) {
-  double sum = 0;
-  MPI_CHECK(MPI_Allreduce(&v, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  return sum / world;
-}
 }  // namespace
 
 struct Trainer::Impl {
@@ -68,14 +53,14 @@ struct Trainer::Impl {
 
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(c) {
     // 1. device and precision
-    device = rt.setup_device(cfg);
+    device = rt.setup_device(cfg.device, cfg.num_threads);
     dtype = compute_dtype(cfg.dtype, device);
     scaler = LossScaler(dtype == torch::kHalf);  // float16 needs loss scaling; bfloat16 does not
     const std::string tf32 = enable_tf32(device);
     // 2. data: the index tells the vocabulary; the loader checks block_size against
     //    the shards before anything large is allocated
     data = read_data_info(cfg.data_dir);
-    train_loader = std::make_unique<TokenLoader>(cfg, rt, "train", device, /*stream=*/0);
+    train_loader = std::make_unique<TokenLoader>(LoaderOptions::from_config(cfg), rt, "train", device, /*stream=*/0);
     // 3. model, initialized identically on every rank from the seed
     mcfg = ModelConfig::from_config(cfg, data.vocab_size);
     if (mcfg.vocab_size < data.vocab_size)
@@ -88,12 +73,12 @@ struct Trainer::Impl {
     model->plan_attention(device, dtype);
     // 4. parallelism, applied from outside the model
     comm = make_collectives(rt, device);
-    strategy = make_strategy(cfg, model, *comm);
+    strategy = make_strategy(StrategyOptions::from_config(cfg), model, *comm);
     // 5. metrics and the run log (rank 0 writes)
     MetricsSetup setup;
     setup.flops_per_token = mcfg.flops_per_token();
     setup.flops_per_token_6n = mcfg.flops_per_token_6n();
-    setup.tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * rt.world_size() * cfg.block_size;
+    setup.tokens_per_iter = cfg.tokens_per_iter(rt.world_size());
     setup.num_devices = rt.world_size();
     setup.peak = resolve_peak(rt.device_name(), cfg.dtype, cfg.peak_tflops);
     setup.device = device;
@@ -117,6 +102,25 @@ struct Trainer::Impl {
     log::info("run log: {}", run_log->path());
   }
 
+  // Mean of a per-rank scalar over all ranks (the run's collectives, on its device).
+  double mean_over_ranks(double v) {
+    auto t = torch::tensor({v}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
+    comm->allreduce_sum(t);
+    return t.item<double>() / static_cast<double>(comm->world_size());
+  }
+
+  // The stop signal seen by any rank (0 = none; SIGTERM wins over SIGUSR1): all
+  // ranks stop after the same iteration.
+  int stop_signal_any_rank() {
+    const int mine = Runtime::stop_signal();
+    auto t = torch::tensor({mine == SIGUSR1 ? 1.0 : 0.0, mine == SIGTERM ? 1.0 : 0.0},
+                           torch::TensorOptions().dtype(torch::kDouble))
+                 .to(device);
+    comm->allreduce_sum(t);
+    const auto seen = t.cpu();
+    return seen[1].item<double>() > 0 ? SIGTERM : seen[0].item<double>() > 0 ? SIGUSR1 : 0;
+  }
+
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() {
     std::vector<std::pair<std::string, torch::Tensor>> out;
     for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value());
@@ -131,7 +135,7 @@ struct Trainer::Impl {
   double evaluate(const std::string& split) {
     torch::NoGradGuard no_grad;
     model->eval();
-    TokenLoader loader(cfg, rt, split, device, /*stream=*/1);
+    TokenLoader loader(LoaderOptions::from_config(cfg), rt, split, device, /*stream=*/1);
     const int64_t n = cfg.eval_iters * cfg.gradient_accumulation_steps;
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -140,7 +144,7 @@ struct Trainer::Impl {
       sum += model->loss(b.x, b.y).item<double>();
     }
     model->train();
-    return mean_over_ranks(sum / static_cast<double>(n), rt.world_size());
+    return mean_over_ranks(sum / static_cast<double>(n));
   }
 
   // ---- TRAINING STEP BEGIN ----
@@ -196,7 +200,7 @@ struct Trainer::Impl {
       }
     }
     charge_exposed_comm(Phase::optimizer);                    // sharded: norm allreduce, parameter gathers
-    const double loss = mean_over_ranks(loss_sum.item<double>(), rt.world_size());
+    const double loss = mean_over_ranks(loss_sum.item<double>());
     sync_device(device);
     IterationMetrics it = metrics->end_iter(iter, loss, lr, grad_norm, grad_stats);
     if (scaler.enabled()) it.loss_scale = scale;
@@ -263,7 +267,7 @@ TrainResult Trainer::run() {
       m.run_log->flush();
     }
     result.iterations = iter + 1;
-    if (const int sig = stop_signal_any_rank()) {
+    if (const int sig = m.stop_signal_any_rank()) {
       result.stopped_by_signal = sig;
       const std::string msg = fmt::format(
           "stopped by signal {} after iteration {} of {}; checkpoints are not built yet, so this run cannot be "

@@ -12,7 +12,7 @@
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/data/loader.hpp"
-#include "llmtrain/data/tokenizer.hpp"
+#include "llmtrain/tokenizer/tokenizer.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -116,7 +116,7 @@ TEST(DataErrors, BlockSizeLargerThanData) {
   const auto d = good_copy("err_block");
   Config c = config_for(d);
   c.block_size = 6000;  // shards hold at most 6000 tokens; a window needs 6001
-  expect_error([&] { TokenLoader l(c, runtime(), "train", torch::kCPU); },
+  expect_error([&] { TokenLoader l(llmtrain::LoaderOptions::from_config(c), runtime(), "train", torch::kCPU); },
                {"block_size=6000", "split 'train'", "6001"});
 }
 
@@ -127,7 +127,7 @@ TEST(DataErrors, EmptySplit) {
   o.out_dir = (dir / "out").string();
   o.val_fraction = 0.0;
   prepare_world(o);
-  expect_error([&] { TokenLoader l(config_for(o.out_dir), runtime(), "val", torch::kCPU); },
+  expect_error([&] { TokenLoader l(llmtrain::LoaderOptions::from_config(config_for(o.out_dir)), runtime(), "val", torch::kCPU); },
                {"split 'val'", "is empty"});
 }
 
@@ -142,7 +142,7 @@ TEST(DataErrors, TokenIdAtLeastVocabAtLoadTime) {
   c.batch_size = 16;
   expect_error(
       [&] {
-        TokenLoader l(c, 0, 1, "train", torch::kCPU);
+        TokenLoader l(llmtrain::LoaderOptions::from_config(c), 0, 1, "train", torch::kCPU);
         for (int i = 0; i < 20; ++i) l.next();
       },
       {"train_00000.h5", "token id 300", "256"});
@@ -193,5 +193,5 @@ TEST(DataErrors, ConfigVocabSmallerThanData) {
   const auto d = good_copy("err_cfgvocab");
   Config c = config_for(d);
   c.vocab_size = 100;
-  expect_error([&] { TokenLoader l(c, runtime(), "train", torch::kCPU); }, {"vocab_size=100", "256"});
+  expect_error([&] { TokenLoader l(llmtrain::LoaderOptions::from_config(c), runtime(), "train", torch::kCPU); }, {"vocab_size=100", "256"});
 }

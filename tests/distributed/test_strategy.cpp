@@ -105,7 +105,7 @@ Run run_single(const Config& c, int world) {
 Run run_strategy(const Config& c, Collectives& comm, std::vector<int64_t>* calls_per_micro = nullptr,
                  bool with_unused = false) {
   auto net = make_net(comm.rank() == 0 ? 7 : 100 + comm.rank(), with_unused);
-  auto strategy = make_strategy(c, net->groups(), comm);
+  auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(c), net->groups(), comm);
   const int A = static_cast<int>(c.gradient_accumulation_steps), W = comm.world_size(), r = comm.rank();
   Run run;
   for (int it = 0; it < kIters; ++it) {
@@ -178,10 +178,10 @@ TEST(Strategy, Zero1ShardsOptimizerState) {
   auto c = comm();
   auto cfg = config(1);
   auto net = make_net(7);
-  const int64_t ddp_bytes = make_strategy(cfg, net->groups(), *c)->optimizer_state_bytes();
+  const int64_t ddp_bytes = make_strategy(llmtrain::StrategyOptions::from_config(cfg), net->groups(), *c)->optimizer_state_bytes();
   cfg.use_zero1 = true;
   auto net2 = make_net(7);
-  const int64_t zero_bytes = make_strategy(cfg, net2->groups(), *c)->optimizer_state_bytes();
+  const int64_t zero_bytes = make_strategy(llmtrain::StrategyOptions::from_config(cfg), net2->groups(), *c)->optimizer_state_bytes();
   EXPECT_EQ(ddp_bytes, 187 * 2 * 4);
   // ceil(187 / W) fp32 elements of two moments (one bucket, padded to W).
   const int64_t W = c->world_size();
@@ -262,7 +262,7 @@ TEST(Strategy, TransformerDdpAndZero1EqualSingleProcess) {
     cfg.use_zero1 = zero1;
     cfg.ddp_bucket_mb = 4096.0 / (1 << 20);  // several buckets
     auto model = make(r == 0 ? 1 : 50 + r);
-    auto strategy = make_strategy(cfg, model, *c);
+    auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(cfg), model, *c);
     for (int it = 0; it < kSteps; ++it) {
       auto d = data(it).narrow(0, 2 * r, 2);
       strategy->backward(model->loss(d.narrow(1, 0, mc.block_size), d.narrow(1, 1, mc.block_size)), true);
@@ -311,7 +311,7 @@ TEST(Strategy, FsdpBf16ParametersUseFp32MasterLikeZero1) {
     cfg.use_fsdp = fsdp;
     auto net = make_net(7);
     net->to(torch::kBFloat16);
-    auto strategy = make_strategy(cfg, net->groups(), *c);
+    auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(cfg), net->groups(), *c);
     EXPECT_EQ(strategy->optimizer_state_bytes(), (187 + c->world_size() - 1) / c->world_size() * 3 * 4);
     const int W = c->world_size(), r = c->rank();
     for (int it = 0; it < 3; ++it) {
@@ -372,7 +372,7 @@ TEST(Strategy, TransformerFsdpEqualsDdpAndShardsMemory) {
     cfg.fsdp_prefetch = prefetch;
     Transformer model(mc);
     model->init_weights(r == 0 ? 1 : 60 + r);
-    auto strategy = make_strategy(cfg, model, *c);
+    auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(cfg), model, *c);
     Result res;
     for (int it = 0; it < kSteps; ++it) {
       auto d = data(it);
@@ -481,7 +481,7 @@ TEST(Strategy, FsdpPrefetchIssuesTheNextBlocksGatherBeforeTheCurrentBlockCompute
     auto cfg = config(1);
     cfg.use_fsdp = true;
     cfg.fsdp_prefetch = prefetch;
-    auto strategy = make_strategy(cfg, model, rec);
+    auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(cfg), model, rec);
     model->set_forward_hooks(std::make_shared<RecordingHooks>(model->forward_hooks(), log));
     log.clear();  // the start-up broadcasts
     auto loss = model->loss(tokens.narrow(1, 0, mc.block_size), tokens.narrow(1, 1, mc.block_size));
@@ -511,7 +511,7 @@ TEST(Strategy, FsdpHooksOutliveTheStrategyWithAClearError) {
   Transformer model(mc);
   auto cfg = config(1);
   cfg.use_fsdp = true;
-  make_strategy(cfg, model, *c).reset();
+  make_strategy(llmtrain::StrategyOptions::from_config(cfg), model, *c).reset();
   EXPECT_THROW(model->forward(torch::zeros({1, 4}, torch::kLong)), std::exception);
 }
 

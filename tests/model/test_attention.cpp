@@ -60,8 +60,8 @@ TEST_P(SdpaVsManual, ForwardAndGradientsFp32AndBf16) {
   auto mask = torch::full({T, T}, -INFINITY).triu(1);
   AttentionPlan manual;
   for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
-    const AttentionPlan sdpa = plan_attention("sdpa", torch::kCPU, dtype, L.H, L.K, L.D, T, 0.0);
-    ASSERT_EQ(sdpa.backend, "sdpa");
+    const AttentionPlan sdpa = plan_attention(llmtrain::AttentionBackend::sdpa, torch::kCPU, dtype, L.H, L.K, L.D, T, 0.0);
+    ASSERT_EQ(sdpa.backend, llmtrain::AttentionBackend::sdpa);
     // Manual in fp32 on the same (rounded) inputs is the reference.
     const auto qd = q.to(dtype), kd = k.to(dtype), vd = v.to(dtype);
     const Result ref = run(manual, qd.to(torch::kFloat), kd.to(torch::kFloat), vd.to(torch::kFloat), dy, mask);
@@ -85,7 +85,7 @@ TEST(SdpaVsManual, IsCausal) {
   const int64_t B = 1, H = 4, K = 2, T = 32, D = 16, t = 20;
   auto gen = at::detail::createCPUGenerator(3);
   auto q = torch::randn({B, H, T, D}, gen), k = torch::randn({B, K, T, D}, gen), v = torch::randn({B, K, T, D}, gen);
-  const AttentionPlan sdpa = plan_attention("sdpa", torch::kCPU, torch::kFloat, H, K, D, T, 0.0);
+  const AttentionPlan sdpa = plan_attention(llmtrain::AttentionBackend::sdpa, torch::kCPU, torch::kFloat, H, K, D, T, 0.0);
   auto y1 = causal_attention(q, k, v, sdpa, {}, 0.0, false);
   auto k2 = k.clone(), v2 = v.clone();
   k2.narrow(2, t, T - t).normal_(0, 1, gen);
@@ -104,7 +104,7 @@ TEST(SdpaVsManual, WholeQwen3ModelLossAndGradients) {
   std::vector<torch::Tensor> grads[2];
   double losses[2];
   int i = 0;
-  for (const char* backend : {"manual", "sdpa"}) {
+  for (const auto backend : {llmtrain::AttentionBackend::manual, llmtrain::AttentionBackend::sdpa}) {
     m.attention_backend = backend;
     llmtrain::Transformer model(m);
     model->init_weights(11);

@@ -12,7 +12,10 @@
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/model/describe.hpp"
+#include "llmtrain/distributed/memory_model.hpp"
+#include "llmtrain/model/activations.hpp"
+#include "llmtrain/model/params.hpp"
+#include "llmtrain/train/describe.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "model/layers.hpp"
 #include "test_util.hpp"
@@ -104,7 +107,7 @@ TEST(Presets, ArithmeticMatchesBuiltTinyModelOfEachFamily) {
         {"tiny_llama", 295488}, {"tiny_llama3", 254528}, {"tiny_qwen3", 279360}, {"tiny_gpt2", 224640}};
     EXPECT_EQ(total, documented.at(name)) << name;
     // Weight and gradient bytes of the estimate are the built model's bytes.
-    const auto est = llmtrain::estimate_memory(m, "float32", 8, 4, "manual");
+    const auto est = llmtrain::estimate_memory(m, "float32", 8, 4, llmtrain::AttentionBackend::manual);
     EXPECT_DOUBLE_EQ(est[0].weights, 4.0 * total);
     EXPECT_DOUBLE_EQ(est[0].gradients, 4.0 * total);
     EXPECT_DOUBLE_EQ(est[0].optimizer, 8.0 * total);
@@ -141,7 +144,7 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   // FSDP shard the optimizer's 12 by the world size.
   const auto m = ModelConfig::from_config(c, 0);
   const double P = static_cast<double>(m.num_params());
-  const auto est = llmtrain::estimate_memory(m, "bfloat16", 8, 8, "sdpa");
+  const auto est = llmtrain::estimate_memory(m, "bfloat16", 8, 8, llmtrain::AttentionBackend::sdpa);
   EXPECT_DOUBLE_EQ(est[0].weights + est[0].gradients + est[0].optimizer, 16.0 * P);
   EXPECT_DOUBLE_EQ(est[1].optimizer, 12.0 * P / 8);
   EXPECT_LT(est[2].weights, est[1].weights);
@@ -149,8 +152,8 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   EXPECT_LT(est[1].total(), est[0].total());
   // The manual backend also stores (T, T) bf16 probabilities per head and layer
   // where a fused kernel keeps one fp32 log-sum-exp per row.
-  const double extra = llmtrain::activation_bytes(m, "bfloat16", 8, "manual") -
-                       llmtrain::activation_bytes(m, "bfloat16", 8, "sdpa");
+  const double extra = llmtrain::activation_bytes(m, "bfloat16", 8, llmtrain::AttentionBackend::manual) -
+                       llmtrain::activation_bytes(m, "bfloat16", 8, llmtrain::AttentionBackend::sdpa);
   EXPECT_DOUBLE_EQ(extra, 18.0 * 8 * 2048 * 18 * (2048 * 2.0 - 4.0));
   for (const char* name : {"full_llama3_1.5b_optimal", "full_llama3_2.2b_chinchilla", "full_qwen3_1.8b_optimal",
                            "full_gpt2_1.36b"})
@@ -162,13 +165,14 @@ TEST(Describe, FullPresetsWithoutAllocating) {
 
 TEST(Attention, FallbackChainOnCpuSaysWhyAndReportsTheKernelUsed) {
   using llmtrain::model_detail::plan_attention;
-  const auto manual = plan_attention("manual", torch::kCPU, torch::kFloat, 4, 2, 16, 64, 0.0);
-  EXPECT_EQ(manual.backend, "manual");
+  using llmtrain::AttentionBackend;
+  const auto manual = plan_attention(AttentionBackend::manual, torch::kCPU, torch::kFloat, 4, 2, 16, 64, 0.0);
+  EXPECT_EQ(manual.backend, AttentionBackend::manual);
   EXPECT_TRUE(manual.unavailable.empty());
   EXPECT_EQ(manual.label(), "manual");
   // flash_attn_3 (cuDNN) and flash_attn_2 (flash) are CUDA kernels: one line each, then SDPA.
-  const auto fa3 = plan_attention("flash_attn_3", torch::kCPU, torch::kFloat, 16, 8, 128, 2048, 0.0);
-  EXPECT_EQ(fa3.backend, "sdpa");
+  const auto fa3 = plan_attention(AttentionBackend::flash_attn_3, torch::kCPU, torch::kFloat, 16, 8, 128, 2048, 0.0);
+  EXPECT_EQ(fa3.backend, AttentionBackend::sdpa);
   ASSERT_EQ(fa3.unavailable.size(), 2u);
   EXPECT_NE(fa3.unavailable[0].find("flash_attn_3"), std::string::npos) << fa3.unavailable[0];
   EXPECT_NE(fa3.unavailable[1].find("flash_attn_2"), std::string::npos) << fa3.unavailable[1];
@@ -176,27 +180,27 @@ TEST(Attention, FallbackChainOnCpuSaysWhyAndReportsTheKernelUsed) {
   // SDPA's dispatcher names the kernel it runs (its fused CPU flash kernel here).
   EXPECT_EQ(fa3.kernel_used.rfind("SDPA ", 0), 0u) << fa3.kernel_used;
   EXPECT_NE(fa3.label().find("sdpa ("), std::string::npos) << fa3.label();
-  const auto fa2 = plan_attention("flash_attn_2", torch::kCPU, torch::kBFloat16, 16, 8, 128, 2048, 0.0);
-  EXPECT_EQ(fa2.backend, "sdpa");
+  const auto fa2 = plan_attention(AttentionBackend::flash_attn_2, torch::kCPU, torch::kBFloat16, 16, 8, 128, 2048, 0.0);
+  EXPECT_EQ(fa2.backend, AttentionBackend::sdpa);
   EXPECT_EQ(fa2.unavailable.size(), 1u);
   ModelConfig m = preset_model("tiny_llama");
-  m.attention_backend = "flash_attn_2";
+  m.attention_backend = AttentionBackend::flash_attn_2;
   Transformer model(m);
   model->plan_attention(torch::kCPU, torch::kFloat);
   EXPECT_EQ(model->attention_backend_used(), "sdpa");
   EXPECT_NE(model->attention_kernel_used().find("SDPA"), std::string::npos);
-  EXPECT_THROW(plan_attention("flash", torch::kCPU, torch::kFloat, 4, 4, 16, 64, 0.0), llmtrain::ConfigError);
+  EXPECT_THROW(llmtrain::attention_backend_from_string("flash"), llmtrain::ConfigError);
 }
 
 TEST(Attention, AvailableBackendsAgree) {
   // Every request resolves to sdpa or manual on CPU; both must compute the same model.
-  const std::vector<std::string> backends = {"flash_attn_3", "flash_attn_2", "sdpa", "manual"};
+  const std::vector<std::string> backends = {"flash_attn_3", "flash_attn_2", "sdpa", "manual"};  // as users type them
   ModelConfig m = preset_model("tiny_qwen3");  // GQA + QK-norm
   auto gen = at::detail::createCPUGenerator(9);
   auto x = torch::randint(m.vocab_size, {2, 64}, gen, torch::kLong);
   torch::Tensor ref;
   for (const auto& b : backends) {
-    m.attention_backend = b;
+    m.attention_backend = llmtrain::attention_backend_from_string(b);
     Transformer model(m);
     model->init_weights(5);
     auto out = model->forward(x);

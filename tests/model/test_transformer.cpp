@@ -28,16 +28,16 @@ ModelConfig tiny_llama() {
   m.n_embd = 32;
   m.head_dim = 8;
   m.ffn_hidden = 96;
-  m.attention_backend = "manual";
+  m.attention_backend = llmtrain::AttentionBackend::manual;
   return m;
 }
 
 ModelConfig tiny_gpt2() {
   ModelConfig m = tiny_llama();
   m.n_kv_head = 4;
-  m.norm = "layernorm";
-  m.pos_encoding = "learned";
-  m.ffn = "gelu";
+  m.norm = llmtrain::NormKind::layernorm;
+  m.pos_encoding = llmtrain::PosEncoding::learned;
+  m.ffn = llmtrain::FfnKind::gelu;
   m.ffn_hidden = 128;
   m.bias = true;
   m.tie_embeddings = true;

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/data/tokenizer.hpp"
+#include "llmtrain/tokenizer/tokenizer.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/data/tokenizer.hpp"
+#include "llmtrain/tokenizer/tokenizer.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

@@ -29,6 +29,13 @@ struct Config {
   // have yet (NotBuiltError), instead of silently ignoring it.
   void refuse_unbuilt() const;
 
+  // One iteration's global batch (docs/architecture.md: gradient accumulation is per rank):
+  // batch_size x gradient_accumulation_steps x world_size sequences of block_size tokens.
+  int64_t global_batch_sequences(int64_t world_size) const {
+    return batch_size * gradient_accumulation_steps * world_size;
+  }
+  int64_t tokens_per_iter(int64_t world_size) const { return global_batch_sequences(world_size) * block_size; }
+
   nlohmann::json to_json() const;
   static std::vector<std::string> key_names();
   static bool has_key(const std::string& key);

@@ -11,6 +11,19 @@ namespace llmtrain {
 struct Config;
 class Runtime;
 
+// What the loader reads of a run's configuration, and nothing else.
+struct LoaderOptions {
+  std::string data_dir;
+  uint64_t seed = 1337;
+  int64_t batch_size = 12;                // sequences per micro-batch of this rank
+  int64_t block_size = 1024;              // tokens per sequence
+  int64_t gradient_accumulation_steps = 1;
+  int64_t vocab_size = 0;                 // the model's vocabulary (0 = the data's); must cover the data's
+  int64_t num_workers = 0;                // prefetching threads (0 = read in next())
+  int64_t prefetch_factor = 2;            // batches each worker keeps ready
+  static LoaderOptions from_config(const Config& c);
+};
+
 struct Batch {
   torch::Tensor x;  // (B, T) int64, on the training device
   torch::Tensor y;  // (B, T) int64, x shifted by one token
@@ -40,12 +53,12 @@ class TokenLoader {
  public:
   // split: "train" | "val". `stream` separates independent sample streams of the
   // same split (e.g. 0 = training, 1 = evaluation).
-  TokenLoader(const Config& config, const Runtime& rt, const std::string& split, torch::Device device,
+  TokenLoader(const LoaderOptions& options, const Runtime& rt, const std::string& split, torch::Device device,
               uint64_t stream = 0);
   // Same, as rank `rank` of `world_size` ranks (tests and tools that emulate another
   // world size in one process).
-  TokenLoader(const Config& config, int rank, int world_size, const std::string& split, torch::Device device,
-              uint64_t stream = 0);
+  TokenLoader(const LoaderOptions& options, int rank, int world_size, const std::string& split,
+              torch::Device device, uint64_t stream = 0);
   ~TokenLoader();
 
   // The next micro-batch of this rank. Position p (micro-batches consumed so far)

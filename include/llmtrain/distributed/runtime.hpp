@@ -9,8 +9,6 @@
 
 namespace llmtrain {
 
-struct Config;
-
 class Runtime {
  public:
   // MPI_Init_thread; checks the launch against Slurm (see check_launch).
@@ -29,10 +27,10 @@ class Runtime {
   int mpi_thread_level() const { return thread_level_; }
   std::string mpi_version() const;
 
-  // Device for `want` (auto|cpu|cuda): cuda:<local_rank % devices> where available.
-  // Also sets intra-op threads (num_threads, 0 = cores / local ranks) for LibTorch
-  // and OpenBLAS. Call once, after the config is known.
-  torch::Device setup_device(const Config& config);
+  // Device for `want` (the config's device: auto|cpu|cuda): cuda:<local_rank %
+  // devices> where available. Also sets LibTorch's intra-op threads
+  // (`num_threads`, 0 = cores / local ranks). Call once, after the config is known.
+  torch::Device setup_device(const std::string& want, int64_t num_threads);
   torch::Device device() const { return device_; }
   int num_threads() const { return num_threads_; }
   std::string device_name() const;  // "cpu (AMD EPYC ...)" or the GPU name

@@ -15,6 +15,22 @@ struct Config;
 class Collectives;
 class Runtime;
 
+// AdamW's hyper-parameters (the learning rate is given at each step).
+struct AdamWHyper {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+// What a strategy reads of a run's configuration, and nothing else.
+struct StrategyOptions {
+  enum class Kind { ddp, zero1, fsdp };
+  Kind kind = Kind::ddp;
+  double bucket_bytes = 25.0 * 1024 * 1024;  // gradient bucket size (DDP, ZeRO-1)
+  bool fsdp_prefetch = true;                 // gather the next block while this one computes
+  double learning_rate = 6e-4;               // initial rate of DDP's torch::optim::AdamW (steps set their own)
+  AdamWHyper adamw;
+  static StrategyOptions from_config(const Config& c);
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -58,10 +74,10 @@ struct ParamGroups {
   std::vector<std::vector<int>> units;
 };
 
-std::unique_ptr<Strategy> make_strategy(const Config& config, const ParamGroups& groups, Collectives& comm);
+std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, const ParamGroups& groups, Collectives& comm);
 
-// Picks the strategy the config asks for (use_zero1 / use_fsdp / plain DDP).
+// Picks the strategy the options ask for (plain DDP, ZeRO-1 or FSDP).
 // Broadcasts rank 0's parameters so every rank starts identical.
-std::unique_ptr<Strategy> make_strategy(const Config& config, Transformer model, Collectives& comm);
+std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, Transformer model, Collectives& comm);
 
 }  // namespace llmtrain

@@ -11,9 +11,9 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
-namespace llmtrain {
+#include "llmtrain/model/model_config.hpp"
 
-struct Config;
+namespace llmtrain {
 
 // Optional code around the forward, installed from outside (distributed/ FSDP gathers
 // sharded parameters there); the model itself stays rank-agnostic. Without
@@ -31,35 +31,6 @@ class ForwardHooks {
   }
 };
 
-struct ModelConfig {
-  int64_t vocab_size = 256;      // tokens the data can contain
-  int64_t padded_vocab = 256;    // embedding / LM-head rows (>= vocab_size)
-  int64_t block_size = 256;
-  int64_t n_layer = 4, n_head = 4, n_kv_head = 4, n_embd = 128, head_dim = 32, ffn_hidden = 512;
-  std::string norm = "rmsnorm";          // rmsnorm | layernorm
-  std::string pos_encoding = "rope";     // rope | learned
-  std::string ffn = "swiglu";            // swiglu | gelu
-  std::string attention_backend = "sdpa";
-  bool qk_norm = false, bias = false, tie_embeddings = false;
-  double rope_theta = 10000.0, norm_eps = 1e-5, dropout = 0.0;
-
-  // Resolves the config's model keys (0 = derived defaults); `data_vocab_size`
-  // is used when vocab_size = 0. Throws ConfigError on inconsistent shapes.
-  static ModelConfig from_config(const Config& c, int64_t data_vocab_size);
-
-  // e.g. "18L-18H-2304D-6144ff-RoPE-RMS-SwiGLU-PreNorm"
-  std::string arch_string() const;
-  // Exact parameter count, by arithmetic (no allocation).
-  int64_t num_params() const;
-  // N of the MFU rule: parameters that take part in matmuls (no input embedding,
-  // no learned position table; a tied LM head counts once).
-  int64_t num_matmul_params() const;
-  // Training FLOPs per token, DESIGN's rule: 6*N + 12*L*H*Q*T.
-  double flops_per_token() const;
-  // The seeds' convention for comparison: 6 * all parameters (embeddings included).
-  double flops_per_token_6n() const;
-};
-
 class TransformerImpl : public torch::nn::Module {
  public:
   explicit TransformerImpl(const ModelConfig& cfg);
@@ -69,11 +40,13 @@ class TransformerImpl : public torch::nn::Module {
   // Mean cross-entropy of next-token prediction; idx, targets: (B, T) int64.
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
 
-  // normal(0, 0.02), residual projections / sqrt(2 n_layer), zero biases;
-  // identical on every rank for the same seed.
+  // Each parameter by its rule in parameter_table() (normal(0, 0.02),
+  // residual projections / sqrt(2 n_layer), zero biases, unit norms), drawn in
+  // table order from one CPU generator: identical on every rank for the same seed.
   void init_weights(uint64_t seed);
 
-  // AdamW groups: decay = matmul weights and embeddings; no_decay = norms, biases.
+  // AdamW groups from parameter_table(): decay = matmul weights and embeddings;
+  // no_decay = norms, biases.
   std::vector<torch::Tensor> decay_parameters();
   std::vector<torch::Tensor> no_decay_parameters();
   // The transformer blocks in order (units of FSDP sharding).
@@ -90,7 +63,7 @@ class TransformerImpl : public torch::nn::Module {
   // CPU/float32 without printing; the trainer plans again for its device.
   void plan_attention(torch::Device device, torch::ScalarType dtype);
   // The backend actually used after the fallback chain (run-logged, in labels).
-  const std::string& attention_backend_used() const;
+  std::string attention_backend_used() const;
   // The backend with the kernel that runs, e.g. "flash_attn_3 (SDPA cuDNN)",
   // "sdpa (SDPA flash (CPU))", "manual".
   std::string attention_kernel_used() const;

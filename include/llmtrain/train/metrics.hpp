@@ -1,5 +1,5 @@
 // Per-iteration training metrics: synchronized wall time, tokens/s, achieved
-// TFLOP/s, MFU (DESIGN's rule), a phase breakdown that sums to the iteration
+// TFLOP/s, MFU (docs/mfu.md), a phase breakdown that sums to the iteration
 // time, memory and gradient-norm statistics, and a self-check that refuses to
 // report numbers that contradict each other.
 #pragma once

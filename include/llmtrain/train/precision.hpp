@@ -1,5 +1,5 @@
 // Precision: the compute dtype of a run, an RAII autocast region (C++ has no
-// autocast guard object; this is the small one STYLE.md asks for), dynamic loss
+// autocast guard object; this is a small RAII one, docs/architecture.md), dynamic loss
 // scaling for float16, and the TF32 setting of fp32 matmuls on CUDA.
 #pragma once
 #include <cstdint>

@@ -88,36 +88,4 @@ class RunLog {
   bool flushed_once_ = false;
 };
 
-// ---- reading run logs back (llmtrain-report) ---------------------------------
-
-// One run log condensed for comparison tables.
-struct RunSummary {
-  std::string path;
-  std::string label;          // "flash_attn_2+bfloat16+compile+dataloader"
-  std::string device;         // first device name
-  int world_size = 1;
-  int64_t batch_size = 0, grad_accum = 0, block_size = 0;
-  int64_t tokens_per_iter = 0;          // global
-  nlohmann::json summary;               // summarize_records() after warm-up
-  std::vector<std::string> errors;      // the log's errors[] + the self-check on every record
-};
-
-// Loads and checks one run log (throws Error naming the file on unreadable JSON
-// or a missing section). `warmup_iters` < 0: the log's own warmup_report_iters.
-RunSummary read_run_log(const std::string& path, int64_t warmup_iters);
-RunSummary summarize_run_log(const nlohmann::json& log, const std::string& path, int64_t warmup_iters);
-
-// Plain-text tables of llmtrain-report.
-std::string format_comparison_table(const std::vector<RunSummary>& runs);
-// Hours and days to train on `token_budget` tokens at each run's tokens/s.
-std::string format_budget_table(const std::vector<RunSummary>& runs, double token_budget);
-// Weak and strong scaling efficiency relative to the run with the fewest devices:
-// strong (same global tokens/iter) = (dt_base x n_base) / (dt x n);
-// weak (same tokens/iter per device) = per-device tokens/s / base per-device tokens/s.
-nlohmann::json scaling_efficiency(const std::vector<RunSummary>& runs);
-std::string format_scaling_table(const std::vector<RunSummary>& runs);
-
-// Writes `text` to `path` atomically: path.tmp.<pid> then rename(2).
-void write_file_atomic(const std::string& path, const std::string& text);
-
 }  // namespace llmtrain

@@ -20,7 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer_util.hpp"
+#include "tokenizer/tokenizer_util.hpp"
 #include "llmtrain/core/error.hpp"
 
 namespace llmtrain::tok {

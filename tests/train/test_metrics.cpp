@@ -30,9 +30,9 @@ ModelConfig llama_1_36b() {
   m.n_embd = 2304;
   m.head_dim = 128;
   m.ffn_hidden = 6144;
-  m.norm = "rmsnorm";
-  m.pos_encoding = "rope";
-  m.ffn = "swiglu";
+  m.norm = llmtrain::NormKind::rmsnorm;
+  m.pos_encoding = llmtrain::PosEncoding::rope;
+  m.ffn = llmtrain::FfnKind::swiglu;
   return m;
 }
 }  // namespace
@@ -58,7 +58,7 @@ TEST(DevicePeaks, TableAndNames) {
   EXPECT_NE(over.source.find("override"), std::string::npos);
 }
 
-// Hand computation for the 1.36B shape (DESIGN: 6N + 12 L H Q T):
+// Hand computation for the 1.36B shape (docs/mfu.md: 6N + 12 L H Q T):
 //   per layer attention 4 x 2304^2        = 21,233,664
 //   per layer SwiGLU    3 x 2304 x 6144   = 42,467,328
 //   18 layers                             = 1,146,617,856

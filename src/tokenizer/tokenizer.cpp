@@ -1,9 +1,9 @@
 // make_tokenizer: the tokenizer factory, and the built-in "byte" tokenizer.
-#include "llmtrain/data/tokenizer.hpp"
+#include "llmtrain/tokenizer/tokenizer.hpp"
 
 #include <fmt/format.h>
 
-#include "data/tokenizer_util.hpp"
+#include "tokenizer/tokenizer_util.hpp"
 #include "llmtrain/core/error.hpp"
 
 namespace llmtrain {

@@ -1,4 +1,4 @@
-// llmtrain-report over the fixture logs in tests/metrics/fixtures (made by
+// llmtrain-report over the fixture logs in tests/train/fixtures (made by
 // make_fixtures.py: every figure derived from dt_ms and tokens, except in
 // run_inconsistent.json).
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 
 #include "run_command.hpp"
 #include "llmtrain/train/run_log.hpp"
+#include "llmtrain/train/run_report.hpp"
 #include "test_util.hpp"
 
 using namespace llmtrain;
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 std::string fixture(const std::string& name) {
-  return (fs::path(llmtrain::testing::source_dir()) / "tests/metrics/fixtures" / name).string();
+  return (fs::path(llmtrain::testing::source_dir()) / "tests/train/fixtures" / name).string();
 }
 using Result = llmtrain::testing::CommandResult;
 inline Result run(const std::string& cmd) { return llmtrain::testing::run_command(cmd); }

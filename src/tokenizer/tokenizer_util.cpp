@@ -1,6 +1,6 @@
 // Helpers for the file-based tokenizers: SHA-256, base64, UTF-8 repair, NFC (ICU),
 // JavaScript-compatible regex splitting (PCRE2), the GPT-2 byte table.
-#include "data/tokenizer_util.hpp"
+#include "tokenizer/tokenizer_util.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <queue>

@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "data/tokenizer_util.hpp"
+#include "tokenizer/tokenizer_util.hpp"
 #include "llmtrain/core/error.hpp"
 
 namespace llmtrain::tok {

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "llmtrain/data/tokenizer.hpp"
+#include "llmtrain/tokenizer/tokenizer.hpp"
 
 namespace llmtrain::tok {
 

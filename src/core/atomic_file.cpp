@@ -1,0 +1,87 @@
+#include "llmtrain/core/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "llmtrain/core/error.hpp"
+
+namespace llmtrain {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string os_error(int err) { return std::strerror(err); }
+
+// "<dir>/.<name>.tmp.<pid>": hidden, unique per process, on the same file system.
+fs::path temp_name(const fs::path& target) {
+  return target.parent_path() / fmt::format(".{}.tmp.{}", target.filename().string(), static_cast<long>(::getpid()));
+}
+
+void fsync_dir_of(const fs::path& path) {
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  fsync_path(dir);
+}
+
+}  // namespace
+
+void fsync_path(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("cannot open '{}' to sync it: {}", path.string(), os_error(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some file systems refuse fsync on directories (EINVAL): nothing more to do there.
+  if (rc != 0 && !(err == EINVAL && fs::is_directory(path)))
+    throw Error(fmt::format("fsync of '{}' failed: {}", path.string(), os_error(err)));
+}
+
+void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  AtomicFile file(path);
+  const int fd = ::open(file.temp_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error(fmt::format("cannot write '{}' (temporary '{}'): {}", path.string(), file.temp_path().string(),
+                            os_error(errno)));
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  int err = 0;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  // close() reports write-back errors (NFS, quota) that write() did not.
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) throw Error(fmt::format("writing '{}' failed: {}", path.string(), os_error(err)));
+  file.commit();
+}
+
+AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)), temp_(temp_name(target_)) {}
+
+AtomicFile::~AtomicFile() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove(temp_, ec);  // best effort: the original error is what the caller reports
+}
+
+void AtomicFile::commit() {
+  fsync_path(temp_);
+  if (std::rename(temp_.c_str(), target_.c_str()) != 0)
+    throw Error(fmt::format("cannot rename '{}' to '{}': {}", temp_.string(), target_.string(), os_error(errno)));
+  committed_ = true;
+  fsync_dir_of(target_);
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,117 @@
+#include "distributed/sharded_adamw.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "distributed/timed_wait.hpp"
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/distributed/collectives.hpp"
+
+namespace llmtrain {
+
+std::vector<ShardRange> shard_ranges(const std::vector<FlatEntry>& entries, int64_t shard_begin,
+                                     int64_t shard_numel) {
+  std::vector<ShardRange> out;
+  const int64_t lo = shard_begin, hi = shard_begin + shard_numel;
+  for (const auto& e : entries) {
+    const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+    if (a < b) out.push_back({e.param, a - e.offset, a - lo, b - a, e.decay});
+  }
+  return out;
+}
+
+std::vector<bool> decay_flags(const ParamGroups& g) {
+  std::unordered_set<const void*> no_decay;
+  for (const auto& p : g.no_decay) no_decay.insert(p.unsafeGetTensorImpl());
+  std::vector<bool> decay;
+  for (const auto& p : g.params) decay.push_back(no_decay.count(p.unsafeGetTensorImpl()) == 0);
+  return decay;
+}
+
+void broadcast_params(const std::vector<torch::Tensor>& params, Collectives& comm) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    auto t = p.detach();
+    comm.broadcast(t, 0);
+  }
+}
+
+size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vector<ShardRange> ranges) {
+  torch::NoGradGuard no_grad;
+  LLMTRAIN_CHECK(param.dim() == 1 && grad.dim() == 1 && param.numel() == grad.numel(),
+                 "sharded AdamW: shard of {} parameters with {} gradient elements", param.numel(), grad.numel());
+  Shard s;
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(param.device());
+  s.param = param;
+  s.grad = grad;
+  if (param.scalar_type() != torch::kFloat) s.master = param.to(torch::kFloat);
+  s.exp_avg = torch::zeros({param.numel()}, fp32);
+  s.exp_avg_sq = torch::zeros({param.numel()}, fp32);
+  s.ranges = std::move(ranges);
+  shards_.push_back(std::move(s));
+  return shards_.size() - 1;
+}
+
+double ShardedAdamW::grad_norm(double& exposed_seconds) {
+  double sq = 0;
+  for (const auto& s : shards_) {
+    const double n = s.grad.norm().item<double>();
+    sq += n * n;
+  }
+  // On the shards' device: NCCL reduces device memory only.
+  const auto device = shards_.empty() ? torch::Device(torch::kCPU) : shards_.front().grad.device();
+  auto t = torch::tensor({sq}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
+  add_wait_seconds(exposed_seconds, [&] { comm_.allreduce_sum(t); });
+  return std::sqrt(t.item<double>());
+}
+
+void ShardedAdamW::step(double lr, double grad_scale, const std::function<void(size_t)>& after_shard) {
+  torch::NoGradGuard no_grad;
+  ++step_;
+  const AdamWHyper& h = hyper_;
+  const double bias_correction1 = 1 - std::pow(h.beta1, static_cast<double>(step_));
+  const double bias_correction2 = 1 - std::pow(h.beta2, static_cast<double>(step_));
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    auto& s = shards_[i];
+    auto g = grad_scale != 1.0 ? s.grad * grad_scale : s.grad;
+    if (g.scalar_type() != torch::kFloat) g = g.to(torch::kFloat);
+    auto& p = s.master.defined() ? s.master : s.param;
+    // Same order of operations as torch/csrc/api/src/optim/adamw.cpp.
+    if (h.weight_decay != 0)
+      for (const auto& r : s.ranges)
+        if (r.decay) p.narrow(0, r.shard_offset, r.numel).mul_(1 - lr * h.weight_decay);
+    s.exp_avg.mul_(h.beta1).add_(g, 1 - h.beta1);
+    s.exp_avg_sq.mul_(h.beta2).addcmul_(g, g, 1 - h.beta2);
+    const auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(h.eps);
+    p.addcdiv_(s.exp_avg, denom, -lr / bias_correction1);
+    if (s.master.defined()) s.param.copy_(s.master);
+    if (after_shard) after_shard(i);
+  }
+}
+
+int64_t ShardedAdamW::state_bytes() const {
+  int64_t b = 0;
+  for (const auto& s : shards_)
+    b += s.exp_avg.nbytes() + s.exp_avg_sq.nbytes() + (s.master.defined() ? s.master.nbytes() : 0);
+  return b;
+}
+
+ShardedAdamW::ShardState ShardedAdamW::state(size_t i) const {
+  const auto& s = shards_.at(i);
+  return {s.exp_avg, s.exp_avg_sq, s.master, &s.ranges};
+}
+
+void ShardedAdamW::load_state(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+                              const torch::Tensor& master) {
+  torch::NoGradGuard no_grad;
+  auto& s = shards_.at(i);
+  LLMTRAIN_CHECK(exp_avg.numel() == s.exp_avg.numel() && exp_avg_sq.numel() == s.exp_avg_sq.numel(),
+                 "sharded AdamW: shard {} holds {} elements, the state to load {}", i, s.exp_avg.numel(),
+                 exp_avg.numel());
+  s.exp_avg.copy_(exp_avg.reshape({-1}));
+  s.exp_avg_sq.copy_(exp_avg_sq.reshape({-1}));
+  if (s.master.defined()) s.master.copy_(master.defined() ? master.reshape({-1}) : s.param.to(torch::kFloat));
+}
+
+}  // namespace llmtrain
