@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     log::info("done: {} iterations, final train loss {:.4f}, val loss {:.4f}, {:.0f} tokens/s{}", r.iterations,
               r.final_train_loss, r.final_val_loss, r.tokens_per_sec,
               r.run_log_path.empty() ? "" : ", run log " + r.run_log_path);
-    // Not 124 (jobs/common.sh's "checkpointed, requeue me"): nothing to resume from yet.
-    return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;
+    // Stopped by a signal after its checkpoint: jobs/common.sh requeues on this code.
+    return r.stopped_by_signal ? kRequeueExitCode : 0;
   });
 }

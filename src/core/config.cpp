@@ -234,14 +234,15 @@ void Config::validate() const {
     fail(fmt::format("RoPE needs an even head dimension, got head_dim {}", hd));
   if (use_zero1 && use_fsdp)
     fail("config keys 'use_zero1' and 'use_fsdp' are exclusive: FSDP already shards the optimizer state");
+  if (eval_only && init_from == "scratch")
+    fail("config key 'eval_only' = True evaluates saved weights: set init_from=resume (the newest checkpoint in "
+         "out_dir/checkpoints), not 'scratch'");
 }
 
 void Config::refuse_unbuilt() const {
   // Each entry leaves this list in the change that builds the feature.
   struct Unbuilt { bool asked; const char* what; const char* where; };
   const Unbuilt unbuilt[] = {
-      {init_from == "resume", "init_from=resume (checkpoint resume)", "HDF5 checkpoints are not built yet"},
-      {always_save_checkpoint, "always_save_checkpoint=True", "HDF5 checkpoints are not built yet"},
       {compile, "compile=True (fused kernels)", "fused kernels are not built yet"},
       {use_cuda_graphs, "use_cuda_graphs=True", "CUDA graph capture is not built yet"},
   };

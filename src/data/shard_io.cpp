@@ -22,35 +22,12 @@ namespace data {
 
 namespace fs = std::filesystem;
 
-H5Id& H5Id::operator=(H5Id&& o) noexcept {
-  if (this != &o) {
-    reset();
-    id_ = o.id_;
-    closer_ = o.closer_;
-    o.id_ = -1;
-  }
-  return *this;
-}
-
-void H5Id::reset() {
-  if (id_ >= 0 && closer_) closer_(id_);
-  id_ = -1;
-}
-
 std::string shard_file_name(const std::string& split, int64_t index) {
   return fmt::format("{}_{:05d}.h5", split, index);
 }
 
 namespace {
 
-// HDF5 prints its error stack to stderr by default; H5_CHECK reports it instead.
-void quiet_hdf5_once() {
-  static const bool done = [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    return true;
-  }();
-  (void)done;
-}
 
 bool has_attr(hid_t obj, const char* name) { return H5_CHECK(H5Aexists(obj, name)) > 0; }
 
@@ -108,13 +85,6 @@ void write_string_attr(hid_t obj, const char* name, const std::string& v) {
 }
 
 }  // namespace
-
-H5Id make_mpio_fapl(MPI_Comm comm) {
-  quiet_hdf5_once();
-  H5Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-  H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
-  return fapl;
-}
 
 H5Id open_shard_file(const std::string& path, MPI_Comm comm) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());

@@ -4,6 +4,8 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include "core/hdf5_util.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,25 +15,8 @@ namespace llmtrain::data {
 constexpr int64_t kFormatVersion = 1;
 constexpr const char* kTokensDataset = "tokens";
 
-// Closes an HDF5 id with the matching H5*close on scope exit.
-class H5Id {
- public:
-  using Closer = herr_t (*)(hid_t);
-  H5Id() = default;
-  H5Id(hid_t id, Closer closer) : id_(id), closer_(closer) {}
-  H5Id(H5Id&& o) noexcept : id_(o.id_), closer_(o.closer_) { o.id_ = -1; }
-  H5Id& operator=(H5Id&& o) noexcept;
-  H5Id(const H5Id&) = delete;
-  H5Id& operator=(const H5Id&) = delete;
-  ~H5Id() { reset(); }
-  void reset();
-  hid_t get() const { return id_; }
-  operator hid_t() const { return id_; }
-
- private:
-  hid_t id_ = -1;
-  Closer closer_ = nullptr;
-};
+using h5::H5Id;
+using h5::make_mpio_fapl;
 
 // What a shard's attributes and dataset say.
 struct ShardHeader {
@@ -59,8 +44,6 @@ struct ShardMeta {
 // "train_00003.h5"
 std::string shard_file_name(const std::string& split, int64_t index);
 
-// File access list for the MPI-IO driver on `comm`.
-H5Id make_mpio_fapl(MPI_Comm comm);
 // Opens a shard read-only through MPI-IO on MPI_COMM_SELF (see loader.cpp for why
 // SELF) and checks its dataset (DataError naming the file otherwise).
 H5Id open_shard_file(const std::string& path, MPI_Comm comm);

@@ -175,6 +175,20 @@ class FsdpStrategy final : public Strategy {
     for (auto& u : units_) u.grad_shard.zero_();
   }
 
+  std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.slices(what); }
+  std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.slices(what); }
+  void finish_load(int64_t optimizer_steps) override {
+    torch::NoGradGuard no_grad;
+    adam_.finish_load(optimizer_steps);
+    for (auto& u : units_)  // full copies still held must show the loaded values
+      if (u.gathered) {
+        settle(u);
+        u.gathered = false;
+        gather(u);
+      }
+  }
+  int64_t optimizer_steps() const override { return adam_.steps(); }
+
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return adam_.state_bytes(); }
 

@@ -97,21 +97,25 @@ int64_t ShardedAdamW::state_bytes() const {
   return b;
 }
 
-ShardedAdamW::ShardState ShardedAdamW::state(size_t i) const {
-  const auto& s = shards_.at(i);
-  return {s.exp_avg, s.exp_avg_sq, s.master, &s.ranges};
+std::vector<StateSlice> ShardedAdamW::slices(StateTensor what) const {
+  std::vector<StateSlice> out;
+  for (const auto& s : shards_) {
+    const torch::Tensor& src = what == StateTensor::exp_avg      ? s.exp_avg
+                               : what == StateTensor::exp_avg_sq ? s.exp_avg_sq
+                               : s.master.defined()              ? s.master
+                                                                 : s.param;
+    LLMTRAIN_CHECK(src.scalar_type() == torch::kFloat, "sharded AdamW: {} of a shard is {}, expected float32",
+                   to_string(what), c10::toString(src.scalar_type()));
+    for (const auto& r : s.ranges) out.push_back({r.param, r.param_offset, src.narrow(0, r.shard_offset, r.numel)});
+  }
+  return out;
 }
 
-void ShardedAdamW::load_state(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
-                              const torch::Tensor& master) {
+void ShardedAdamW::finish_load(int64_t steps) {
   torch::NoGradGuard no_grad;
-  auto& s = shards_.at(i);
-  LLMTRAIN_CHECK(exp_avg.numel() == s.exp_avg.numel() && exp_avg_sq.numel() == s.exp_avg_sq.numel(),
-                 "sharded AdamW: shard {} holds {} elements, the state to load {}", i, s.exp_avg.numel(),
-                 exp_avg.numel());
-  s.exp_avg.copy_(exp_avg.reshape({-1}));
-  s.exp_avg_sq.copy_(exp_avg_sq.reshape({-1}));
-  if (s.master.defined()) s.master.copy_(master.defined() ? master.reshape({-1}) : s.param.to(torch::kFloat));
+  for (auto& s : shards_)
+    if (s.master.defined()) s.param.copy_(s.master);
+  step_ = steps;
 }
 
 }  // namespace llmtrain

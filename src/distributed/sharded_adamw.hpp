@@ -73,18 +73,12 @@ class ShardedAdamW {
   int64_t state_bytes() const;
   size_t num_shards() const { return shards_.size(); }
 
-  // The optimizer state of shard i, for checkpoints: moments (n,) fp32, the
-  // master copy (n,) fp32 or undefined, and where parameters overlap it.
-  struct ShardState {
-    torch::Tensor exp_avg, exp_avg_sq, master;
-    const std::vector<ShardRange>* ranges = nullptr;
-  };
-  ShardState state(size_t i) const;
-  // Loads moments and step count (shapes must match; master copies are taken
-  // from the current parameters when not given).
-  void load_state(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
-                  const torch::Tensor& master);
-  void set_steps(int64_t steps) { step_ = steps; }
+  // Checkpoints: one slice per range of every shard, a view of the fp32
+  // weights (the master copy, or the parameters where they are fp32) or of a
+  // moment. The same views serve saving and loading; finish_load(steps) then
+  // copies masters into the parameters and sets the step count.
+  std::vector<StateSlice> slices(StateTensor what) const;
+  void finish_load(int64_t steps);
 
  private:
   struct Shard {

@@ -1,5 +1,6 @@
 #include "llmtrain/distributed/strategy.hpp"
 
+#include <array>
 #include <cmath>
 #include <unordered_set>
 #include <vector>
@@ -16,6 +17,15 @@
 #include "llmtrain/distributed/collectives.hpp"
 
 namespace llmtrain {
+
+const char* to_string(StateTensor t) {
+  switch (t) {
+    case StateTensor::weights: return "weights";
+    case StateTensor::exp_avg: return "exp_avg";
+    case StateTensor::exp_avg_sq: return "exp_avg_sq";
+  }
+  return "?";
+}
 
 StrategyOptions StrategyOptions::from_config(const Config& c) {
   StrategyOptions o;
@@ -82,6 +92,62 @@ class DdpStrategy final : public Strategy {
   }
   void skip_step() override { buckets_.zero(); }
 
+  // Every rank holds the same state: rank 0 saves all of it, every rank loads all of it.
+  std::vector<StateSlice> save_slices(StateTensor what) override {
+    std::vector<StateSlice> out;
+    if (comm_.rank() != 0) return out;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& p = params_[i];
+      torch::Tensor v;
+      if (what == StateTensor::weights) {
+        v = p.detach();
+      } else if (const auto* st = adam_state(p)) {
+        v = what == StateTensor::exp_avg ? st->exp_avg() : st->exp_avg_sq();
+      } else {
+        v = torch::zeros_like(p);  // no step taken yet
+      }
+      out.push_back({static_cast<int>(i), 0, v.reshape({-1}).to(torch::kFloat).contiguous()});
+    }
+    return out;
+  }
+  std::vector<StateSlice> load_slices(StateTensor what) override {
+    auto& bufs = loading_[static_cast<int>(what)];
+    bufs.clear();
+    std::vector<StateSlice> out;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      bufs.push_back(torch::empty({params_[i].numel()}, torch::TensorOptions().dtype(torch::kFloat)
+                                                            .device(params_[i].device())));
+      out.push_back({static_cast<int>(i), 0, bufs.back()});
+    }
+    return out;
+  }
+  void finish_load(int64_t optimizer_steps) override {
+    torch::NoGradGuard no_grad;
+    const auto& w = loading_[static_cast<int>(StateTensor::weights)];
+    const auto& m = loading_[static_cast<int>(StateTensor::exp_avg)];
+    const auto& v = loading_[static_cast<int>(StateTensor::exp_avg_sq)];
+    LLMTRAIN_CHECK(w.size() == params_.size() && m.size() == params_.size() && v.size() == params_.size(),
+                   "DDP: finish_load without every load slice");
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      p.detach().copy_(w[i].view(p.sizes()));
+      optimizer_->state().erase(p.unsafeGetTensorImpl());
+      if (optimizer_steps > 0 && p.requires_grad()) {
+        auto st = std::make_unique<torch::optim::AdamWParamState>();
+        st->step(optimizer_steps);
+        st->exp_avg(m[i].view(p.sizes()).to(p.options()));
+        st->exp_avg_sq(v[i].view(p.sizes()).to(p.options()));
+        optimizer_->state()[p.unsafeGetTensorImpl()] = std::move(st);
+      }
+    }
+    for (auto& l : loading_) l.clear();
+  }
+  int64_t optimizer_steps() const override {
+    for (const auto& p : params_)
+      if (const auto* st = adam_state(p)) return st->step();
+    return 0;
+  }
+
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return state_bytes_; }
   int64_t persistent_state_bytes() const override {
@@ -96,8 +162,15 @@ class DdpStrategy final : public Strategy {
   std::vector<torch::Tensor> params_;
   GradBuckets buckets_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::array<std::vector<torch::Tensor>, 3> loading_;  // fp32 buffers of load_slices, per StateTensor
   double exposed_ = 0;
   int64_t state_bytes_ = 0;
+
+  const torch::optim::AdamWParamState* adam_state(const torch::Tensor& p) const {
+    const auto it = optimizer_->state().find(p.unsafeGetTensorImpl());
+    return it == optimizer_->state().end() ? nullptr
+                                           : static_cast<const torch::optim::AdamWParamState*>(it->second.get());
+  }
 };
 
 // ---- ZeRO-1 ---------------------------------------------------------------------
@@ -146,6 +219,19 @@ class Zero1Strategy final : public Strategy {
     buckets_.zero();
   }
   void skip_step() override { buckets_.zero(); }
+
+  std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.slices(what); }
+  std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.slices(what); }
+  void finish_load(int64_t optimizer_steps) override {
+    torch::NoGradGuard no_grad;
+    adam_.finish_load(optimizer_steps);
+    auto& bs = buckets_.buckets();
+    for (size_t i = 0; i < bs.size(); ++i) {  // every rank's full parameters from the owners' shards
+      auto shard = adam_.param_shard(i);
+      comm_.all_gather(shard, bs[i].param);
+    }
+  }
+  int64_t optimizer_steps() const override { return adam_.steps(); }
 
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return adam_.state_bytes(); }

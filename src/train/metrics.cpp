@@ -144,6 +144,7 @@ nlohmann::json IterationMetrics::to_json() const {
   }
   if (loss_scale) j["loss_scale"] = *loss_scale;
   if (skipped_step) j["skipped_step"] = true;
+  if (!bad_step.empty()) j["bad_step"] = bad_step;
   if (!errors.empty()) j["errors"] = errors;
   return j;
 }

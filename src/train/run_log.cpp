@@ -265,6 +265,10 @@ void RunLog::add_error(const std::string& message) {
   if (enabled_) errors_.push_back(message);
 }
 
+void RunLog::add_checkpoint(const nlohmann::json& record) {
+  if (enabled_) checkpoints_.push_back(record);
+}
+
 void RunLog::set_summary(nlohmann::json summary) {
   if (enabled_) summary_ = std::move(summary);
 }
@@ -284,6 +288,7 @@ bool RunLog::flush(bool force) {
   text += num_iterations_ ? "\n  ],\n" : "],\n";
   text += "  \"eval_results\": " + eval_results_.dump() + ",\n";
   text += "  \"errors\": " + errors_.dump() + ",\n";
+  text += "  \"checkpoints\": " + checkpoints_.dump() + ",\n";
   text += "  \"summary\": " + summary_.dump(2) + "\n}\n";
   write_file_atomic(path_, text);
   last_flush_ = now;

@@ -3,9 +3,13 @@
 #include "llmtrain/train/trainer.hpp"
 
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
+#include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -17,6 +21,7 @@
 #include "llmtrain/distributed/runtime.hpp"        // defines: Runtime (rank, device)
 #include "llmtrain/distributed/strategy.hpp"       // defines: Strategy (DDP / ZeRO-1 / FSDP), make_strategy
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
+#include "llmtrain/train/checkpoint.hpp"    // defines: Checkpointer, TrainState (HDF5 checkpoints, resume)
 #include "llmtrain/train/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
 #include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
 #include "llmtrain/core/progress.hpp"      // defines: ProgressBar
@@ -32,6 +37,19 @@ void sync_device(torch::Device d) {
 #else
   (void)d;
 #endif
+}
+
+// A fault for the tests: LLMTRAIN_TEST_NAN_AT=5,6,7 makes the loss of those
+// iterations NaN on every rank (as a diverging run's would be).
+std::set<int64_t> nan_injection_iters() {
+  std::set<int64_t> out;
+  if (const char* v = std::getenv("LLMTRAIN_TEST_NAN_AT")) {
+    std::stringstream ss(v);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) out.insert(std::stoll(item));
+  }
+  return out;
 }
 }  // namespace
 
@@ -50,6 +68,14 @@ struct Trainer::Impl {
   LossScaler scaler{false};
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<RunLog> run_log;
+  // Checkpoints: the training state besides the tensors, and where it goes.
+  std::unique_ptr<Checkpointer> checkpointer;
+  std::vector<CheckpointParam> ckpt_params;  // ParamGroups order = named_parameters()
+  TrainState state;                          // state.iteration = the next iteration to run
+  std::optional<LoadedCheckpoint> resumed;
+  int64_t last_saved_iteration = -1;
+  int64_t consecutive_bad_steps = 0;
+  std::set<int64_t> inject_nan = nan_injection_iters();
 
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(c) {
     // 1. device and precision
@@ -74,7 +100,17 @@ struct Trainer::Impl {
     // 4. parallelism, applied from outside the model
     comm = make_collectives(rt, device);
     strategy = make_strategy(StrategyOptions::from_config(cfg), model, *comm);
-    // 5. metrics and the run log (rank 0 writes)
+    // 5. checkpoints: resume restores every stateful part through one file
+    //    (weights and optimizer shards, iteration = schedule and data position,
+    //    best val loss, loss scale, RNG)
+    checkpointer = std::make_unique<Checkpointer>(cfg.out_dir, cfg.keep_last, rt);
+    for (const auto& p : model->named_parameters()) ckpt_params.push_back({p.key(), p.value().sizes().vec()});
+    state.best_val_loss = std::numeric_limits<double>::infinity();
+    state.global_batch_sequences = cfg.global_batch_sequences(rt.world_size());
+    state.block_size = cfg.block_size;
+    state.seed = cfg.seed;
+    if (cfg.init_from == "resume") resume();
+    // 6. metrics and the run log (rank 0 writes)
     MetricsSetup setup;
     setup.flops_per_token = mcfg.flops_per_token();
     setup.flops_per_token_6n = mcfg.flops_per_token_6n();
@@ -96,10 +132,63 @@ struct Trainer::Impl {
     env.parallelism = fmt::format("{} over {} ({} B optimizer state on rank 0)", strategy->name(), comm->name(),
                                   strategy->optimizer_state_bytes());
     run_log = std::make_unique<RunLog>(cfg.out_dir, rt.is_root());
-    run_log->set_startup_info(make_startup_info(cfg, mcfg, env, setup));
+    auto startup = make_startup_info(cfg, mcfg, env, setup);
+    if (resumed)
+      startup["resumed_from"] = {{"checkpoint", resumed->path},
+                                 {"iteration", resumed->state.iteration},
+                                 {"world_size", resumed->world_size},
+                                 {"strategy", resumed->strategy}};
+    run_log->set_startup_info(std::move(startup));
     run_log->flush(/*force=*/true);
     log::info("{}", format_startup_block(cfg, mcfg, env, setup));
     log::info("run log: {}", run_log->path());
+  }
+
+  // Loads the newest loadable checkpoint of out_dir: any world size and strategy
+  // can continue what any other wrote; the same world size and strategy
+  // continue bit-exactly.
+  void resume() {
+    resumed = checkpointer->load_latest(ckpt_params, *strategy);
+    if (!resumed)
+      throw ConfigError(fmt::format(
+          "init_from=resume: no checkpoint in '{}' (runs write one at evaluations that improve val loss, "
+          "with always_save_checkpoint=True, every checkpoint_interval iterations and on a stop signal)",
+          checkpointer->dir()));
+    const TrainState& s = resumed->state;
+    state.iteration = s.iteration;
+    state.best_val_loss = s.best_val_loss;
+    state.bad_steps = s.bad_steps;
+    if (scaler.enabled()) scaler.load_state(s.loss_scaler);
+    last_saved_iteration = s.iteration;
+    // The data position: the loader is a pure function of (seed, iteration, sample).
+    train_loader->seek(s.iteration * cfg.gradient_accumulation_steps);
+    if (s.global_batch_sequences != state.global_batch_sequences)
+      log::warn("resuming at iteration {} with a global batch of {} sequences, the checkpoint's run used {}: the "
+                "samples from here on are not the ones that run would have seen",
+                s.iteration, state.global_batch_sequences, s.global_batch_sequences);
+    if (s.block_size != cfg.block_size || s.seed != cfg.seed)
+      log::warn("resuming with block_size {} and seed {}, the checkpoint's run used {} and {}: the data order "
+                "differs from that run's",
+                cfg.block_size, cfg.seed, s.block_size, s.seed);
+    if (!resumed->rng_restored)
+      log::info("the checkpoint was written by {} rank(s), this run has {}: random streams (dropout) start anew",
+                resumed->world_size, rt.world_size());
+    log::info("resumed from {} at iteration {} (written by {} on {} rank(s))", resumed->path, s.iteration,
+              resumed->strategy, resumed->world_size);
+  }
+
+  // Saves the training state after state.iteration iterations (once per iteration).
+  std::string save_checkpoint(const char* why) {
+    const std::string dir_latest = checkpointer->latest_path();
+    if (last_saved_iteration == state.iteration && !dir_latest.empty()) return dir_latest;
+    state.loss_scaler = scaler.state();
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string path = checkpointer->save(ckpt_params, *strategy, state, cfg.to_json());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_saved_iteration = state.iteration;
+    run_log->add_checkpoint({{"iter", state.iteration}, {"path", path}, {"reason", why}, {"seconds", seconds}});
+    log::info("checkpoint {} ({}, {:.2f} s)", path, why, seconds);
+    return path;
   }
 
   // Mean of a per-rank scalar over all ranks (the run's collectives, on its device).
@@ -169,6 +258,7 @@ struct Trainer::Impl {
         AutocastGuard autocast(device, dtype);
         loss = model->loss(batch.x, batch.y) / static_cast<double>(accum);
       }
+      if (inject_nan.count(iter)) loss = loss * std::numeric_limits<double>::quiet_NaN();
       // float16: the loss is scaled so that small gradients survive; step() unscales.
       strategy->backward(scaler.enabled() ? loss * scaler.scale() : loss,
                          /*last_micro=*/micro + 1 == accum);  // DDP: reduces only on the last
@@ -184,27 +274,37 @@ struct Trainer::Impl {
     std::optional<GradNormStats> grad_stats;
     const double scale = scaler.scale();
     bool skipped = false;
+    std::string bad;                                          // why this step is an anomaly ("" = it is not)
+    const double loss = mean_over_ranks(loss_sum.item<double>());  // the same on every rank
     {
       auto t = metrics->phase(Phase::optimizer);
       const double scaled_norm = strategy->grad_norm();       // global, across ranks and shards
       grad_norm = scaled_norm / scale;
       if (cfg.gradient_log_interval > 0 && iter % cfg.gradient_log_interval == 0)
         grad_stats = summarize_grad_norms(parameter_grad_norms(named_parameters(), scale), grad_norm, cfg.grad_clip);
-      if (scaler.update(scaled_norm)) {                       // the same verdict on every rank (global norm)
+      // Every rank sees the same loss and norm, so every rank takes the same branch.
+      if (!std::isfinite(loss))
+        bad = fmt::format("loss is {}", loss);
+      else if (!std::isfinite(scaled_norm) && !scaler.enabled())
+        bad = fmt::format("gradient norm is {}", scaled_norm);
+      const bool finite = bad.empty() && std::isfinite(scaled_norm);
+      // float16: a non-finite norm is the loss scale overflowing: halve it, no update.
+      const bool take = scaler.update(finite ? scaled_norm : std::numeric_limits<double>::infinity()) && finite;
+      if (take) {
         const bool clip = cfg.grad_clip > 0 && grad_norm > cfg.grad_clip;
         const double clip_coef = clip ? cfg.grad_clip / (grad_norm + 1e-6) : 1.0;
         strategy->step(lr, clip_coef / scale);                // AdamW (sharded: ZeRO-1/FSDP)
       } else {
-        strategy->skip_step();                                // fp16 overflow: halve the scale, no update
+        strategy->skip_step();                                // no update on any rank
         skipped = true;
       }
     }
     charge_exposed_comm(Phase::optimizer);                    // sharded: norm allreduce, parameter gathers
-    const double loss = mean_over_ranks(loss_sum.item<double>());
     sync_device(device);
     IterationMetrics it = metrics->end_iter(iter, loss, lr, grad_norm, grad_stats);
     if (scaler.enabled()) it.loss_scale = scale;
     it.skipped_step = skipped;
+    it.bad_step = bad;
     return it;
   }
   // ---- TRAINING STEP END ----
@@ -224,15 +324,18 @@ TrainResult Trainer::run() {
   const Config& cfg = m.cfg;
   TrainResult result;
   if (cfg.eval_only) {
+    const int64_t at = m.state.iteration;  // the loaded checkpoint's
     result.final_train_loss = m.evaluate("train");
     result.final_val_loss = m.evaluate("val");
-    log::info("eval: train loss {:.4f}, val loss {:.4f}", result.final_train_loss, result.final_val_loss);
-    m.run_log->add_eval({{"iter", 0}, {"train_loss", result.final_train_loss}, {"val_loss", result.final_val_loss}});
+    log::info("eval of {} (iteration {}): train loss {:.4f}, val loss {:.4f}",
+              m.resumed ? m.resumed->path : std::string("?"), at, result.final_train_loss, result.final_val_loss);
+    m.run_log->add_eval({{"iter", at}, {"train_loss", result.final_train_loss}, {"val_loss", result.final_val_loss}});
     m.run_log->flush(/*force=*/true);
+    result.iterations = 0;
     result.run_log_path = m.run_log->path();
     return result;
   }
-  ProgressBar bar(0, cfg.max_iters, ProgressBar::detect_mode());
+  ProgressBar bar(m.state.iteration, cfg.max_iters, ProgressBar::detect_mode());
   // Console lines go around the bar; with the bar off (LLMTRAIN_PROGRESS=off, or
   // not rank 0) they are plain rank-0 lines.
   auto say = [&bar](const std::string& line) {
@@ -241,17 +344,36 @@ TrainResult Trainer::run() {
     else
       bar.print_line(line);
   };
-  for (int64_t iter = 0; iter < cfg.max_iters; ++iter) {
+  for (int64_t iter = m.state.iteration; iter < cfg.max_iters; ++iter) {
     const IterationMetrics it = m.train_step(iter);
+    m.state.iteration = iter + 1;
     m.run_log->add_iteration(it.to_json());
     for (const auto& e : it.errors) {
       m.run_log->add_error(e);
       log::warn("self-check failed at iter {}: {}", iter, e);
     }
-    if (!std::isfinite(it.loss))
-      throw Error(fmt::format("training diverged: loss is {} at iteration {} (lr {:.3e}); lower learning_rate or "
-                              "raise warmup_iters",
-                              it.loss, iter, it.lr));
+    // A non-finite loss or gradient norm skipped its update on every rank; too
+    // many in a row means the run has diverged.
+    if (!it.bad_step.empty()) {
+      ++m.state.bad_steps;
+      ++m.consecutive_bad_steps;
+      const std::string msg = fmt::format("iteration {}: {}; the update was skipped on every rank ({} in a row, "
+                                          "max_bad_steps = {})",
+                                          iter, it.bad_step, m.consecutive_bad_steps, cfg.max_bad_steps);
+      m.run_log->add_error(msg);
+      log::warn("{}", msg);
+      if (m.consecutive_bad_steps >= cfg.max_bad_steps) {
+        m.run_log->flush(/*force=*/true);
+        const std::string good = m.checkpointer->latest_path();
+        throw Error(fmt::format("training diverged: {} non-finite steps in a row up to iteration {} (lr {:.3e}); "
+                                "the last good checkpoint is {}; lower learning_rate or raise warmup_iters and "
+                                "resume from it (init_from=resume)",
+                                m.consecutive_bad_steps, iter, it.lr,
+                                good.empty() ? std::string("none (no checkpoint was written)") : good));
+      }
+    } else {
+      m.consecutive_bad_steps = 0;
+    }
     const bool last = iter + 1 == cfg.max_iters;
     if (iter % cfg.log_interval == 0 || last) say(format_iteration_line(it, cfg.max_iters));
     bar.update(iter + 1);
@@ -262,17 +384,27 @@ TrainResult Trainer::run() {
                            {"val_loss", result.final_val_loss}});
       say(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", iter + 1,
                                  result.final_train_loss, result.final_val_loss));
+      // As the seeds: save when val improves, or at every evaluation if asked.
+      const bool improved = result.final_val_loss < m.state.best_val_loss;
+      if (improved) m.state.best_val_loss = result.final_val_loss;
+      if (improved || cfg.always_save_checkpoint) m.save_checkpoint(improved ? "val loss improved" : "evaluation");
       m.run_log->flush(/*force=*/true);
     } else {
       m.run_log->flush();
     }
-    result.iterations = iter + 1;
+    if (cfg.checkpoint_interval > 0 && (iter + 1) % cfg.checkpoint_interval == 0) {
+      m.save_checkpoint("checkpoint_interval");
+      m.run_log->flush(/*force=*/true);
+    }
+    result.iterations = iter + 1 - (m.resumed ? m.resumed->state.iteration : 0);
     if (const int sig = m.stop_signal_any_rank()) {
+      // Slurm's warning before the time limit (or a pre-emption): checkpoint and
+      // leave with the requeue code; the requeued job resumes from here.
       result.stopped_by_signal = sig;
-      const std::string msg = fmt::format(
-          "stopped by signal {} after iteration {} of {}; checkpoints are not built yet, so this run cannot be "
-          "resumed (the run log up to here is complete)",
-          sig, iter + 1, cfg.max_iters);
+      result.checkpoint = m.save_checkpoint("stop signal");
+      const std::string msg = fmt::format("stopped by signal {} after iteration {} of {}; checkpoint {} (resume "
+                                          "with init_from=resume)",
+                                          sig, iter + 1, cfg.max_iters, result.checkpoint);
       m.run_log->add_error(msg);
       say(msg);
       break;
@@ -280,7 +412,9 @@ TrainResult Trainer::run() {
   }
   bar.finish();
   const auto summary = m.metrics->summary(cfg.warmup_report_iters);
-  m.run_log->set_summary(summary);
+  auto s = summary;
+  s["bad_steps"] = m.state.bad_steps;
+  m.run_log->set_summary(s);
   m.run_log->flush(/*force=*/true);
   result.tokens_per_sec = summary.value("tokens_per_sec", 0.0);
   result.run_log_path = m.run_log->path();

@@ -31,6 +31,20 @@ struct StrategyOptions {
   static StrategyOptions from_config(const Config& c);
 };
 
+// ---- checkpoints: every tensor of the training state stored whole --------------
+// The tensors a strategy keeps per parameter: the weights (fp32: the master copy
+// where parameters are stored below fp32) and AdamW's two moments.
+enum class StateTensor { weights, exp_avg, exp_avg_sq };
+const char* to_string(StateTensor t);  // "weights", "exp_avg", "exp_avg_sq"
+// A piece of one whole tensor: elements [offset, offset + values.numel()) of
+// parameter `param` (an index into ParamGroups::params) in row-major order.
+// `values` is a contiguous 1-D fp32 tensor (any device).
+struct StateSlice {
+  int param = 0;
+  int64_t offset = 0;
+  torch::Tensor values;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -61,6 +75,22 @@ class Strategy {
   // gathers its shards; a no-op elsewhere), e.g. to read or save them. FSDP
   // frees them again at the next forward.
   virtual void materialize_parameters() {}
+
+  // Checkpoints (train/checkpoint.hpp writes and reads them; any strategy and
+  // world size can load what any other wrote, since tensors are stored whole):
+  // What this rank saves of `what`: slices that, over all ranks, cover every
+  // element of every parameter exactly once (sharded strategies: each owner
+  // its shard; DDP: rank 0 everything). At most one slice per parameter.
+  virtual std::vector<StateSlice> save_slices(StateTensor what) = 0;
+  // Where this rank loads `what` into (it may read what other ranks read too):
+  // fp32 buffers that finish_load() installs. At most one slice per parameter.
+  virtual std::vector<StateSlice> load_slices(StateTensor what) = 0;
+  // Collective, after every load slice is filled: installs them (parameters
+  // from the fp32 weights, AdamW state with `optimizer_steps`) and makes every
+  // rank's parameters current (ZeRO-1 all-gathers, FSDP re-gathers what is held).
+  virtual void finish_load(int64_t optimizer_steps) = 0;
+  // AdamW steps taken (its bias correction depends on it).
+  virtual int64_t optimizer_steps() const = 0;
 };
 
 // The parameters a strategy manages, without the model class (tests, other

@@ -76,7 +76,8 @@ struct IterationMetrics {
   std::optional<double> grad_norm;     // every iteration the trainer has one
   std::optional<GradNormStats> grad_stats;  // every gradient_log_interval
   std::optional<double> loss_scale;    // float16 runs: the dynamic loss scale this iteration used
-  bool skipped_step = false;           // non-finite gradient norm: no update was made
+  bool skipped_step = false;           // no update was made (fp16 overflow, or a bad step)
+  std::string bad_step;                // why the step was an anomaly (non-finite loss or norm); "" = it was not
   std::vector<std::string> errors;     // self-check failures; non-empty = do not trust
 
   // One training_iterations[] record of the run log (docs/run-log.md).

@@ -62,6 +62,7 @@ class RunLog {
   void add_iteration(const nlohmann::json& record);   // a training_iterations[] entry
   void add_eval(const nlohmann::json& result);        // an eval_results[] entry
   void add_error(const std::string& message);         // errors[]: failed self-checks ...
+  void add_checkpoint(const nlohmann::json& record);  // checkpoints[]: {iter, path, reason, seconds}
   void set_summary(nlohmann::json summary);
 
   // Rewrites the file atomically; skipped when the last write was less than
@@ -83,6 +84,7 @@ class RunLog {
   size_t num_iterations_ = 0;
   nlohmann::json eval_results_ = nlohmann::json::array();
   nlohmann::json errors_ = nlohmann::json::array();
+  nlohmann::json checkpoints_ = nlohmann::json::array();
   nlohmann::json summary_ = nlohmann::json::object();
   std::chrono::steady_clock::time_point last_flush_{};
   bool flushed_once_ = false;

@@ -15,7 +15,12 @@ struct TrainResult {
   double tokens_per_sec = 0;     // global, warm-up iterations excluded
   std::string run_log_path;
   int stopped_by_signal = 0;     // SIGUSR1/SIGTERM ended the run before max_iters
+  std::string checkpoint;        // the checkpoint written on that signal
 };
+
+// Exit code of a run stopped by a signal after its checkpoint: "stopped early,
+// resumable" (jobs/common.sh requeues the job on it: LLMTRAIN_REQUEUE_EXIT_CODE).
+constexpr int kRequeueExitCode = 124;
 
 class Trainer {
  public:
