@@ -310,7 +310,9 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ("config", po::value<std::vector<std::string>>(), "config file(s), applied in order");
   po::options_description keys("keys");
   for (const auto& k : registry())
-    keys.add_options()(k.name.c_str(), po::value<std::string>(), k.help.c_str());
+    // A vector: a key may be given more than once; the last one wins (below),
+    // so job templates can append EXTRA_ARGS that override their own flags.
+    keys.add_options()(k.name.c_str(), po::value<std::vector<std::string>>(), k.help.c_str());
   po::options_description all;
   all.add(flags).add(keys);
   po::positional_options_description pos;

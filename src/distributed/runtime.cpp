@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -181,6 +182,18 @@ void Runtime::abort(int code) {
   std::_Exit(code);
 }
 
+namespace {
+// After an error: every rank of a job ends (MPI_Abort), and a single process
+// leaves without MPI_Finalize, whose library clean-up can trip over what the
+// error left half done (an HDF5 file whose close failed on a full disk).
+[[noreturn]] void fail_fast(Runtime* rt) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (rt && rt->world_size() > 1) Runtime::abort(1);
+  std::_Exit(1);
+}
+}  // namespace
+
 int run_main(int argc, char** argv, const std::function<int(Runtime&)>& body) {
   std::unique_ptr<Runtime> rt;
   try {
@@ -191,12 +204,10 @@ int run_main(int argc, char** argv, const std::function<int(Runtime&)>& body) {
   } catch (const c10::Error& e) {
     // LibTorch's own message, without its C++ backtrace of library frames.
     log::write_err_all(fmt::format("error: {}", e.what_without_backtrace()));
-    if (rt && rt->world_size() > 1) Runtime::abort(1);
-    return 1;
+    fail_fast(rt.get());
   } catch (const std::exception& e) {
     log::write_err_all(fmt::format("error: {}", e.what()));
-    if (rt && rt->world_size() > 1) Runtime::abort(1);
-    return 1;
+    fail_fast(rt.get());
   }
 }
 

@@ -330,7 +330,7 @@ std::string Checkpointer::save(const std::vector<CheckpointParam>& params, Strat
   const fs::path final_path = fs::path(dir_) / name;
   const fs::path tmp_path = fs::path(dir_) / ("." + name + ".tmp");  // the same name on every rank
   h5::quiet_hdf5_once();
-  {
+  try {
     H5Id fapl = h5::make_mpio_fapl(MPI_COMM_WORLD);
     // Large datasets start on 1 MiB boundaries (file-system stripes, MPI-IO aggregation).
     H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
@@ -437,8 +437,13 @@ std::string Checkpointer::save(const std::vector<CheckpointParam>& params, Strat
       }
     }
     // H5Fclose flushes the last metadata: its error (a full disk) is the save's.
-    if (file.close() < 0)
-      throw Error(fmt::format("[rank {}] closing checkpoint '{}' failed (disk full?)", rank, tmp_path.string()));
+    if (file.close() < 0) throw Error("closing the file failed (disk full?)");
+  } catch (const std::exception& e) {
+    // The older checkpoints and `latest` are untouched; the partial file goes.
+    std::error_code ec;
+    if (rt_.is_root()) fs::remove(tmp_path, ec);
+    throw Error(fmt::format("[rank {}] writing checkpoint '{}' failed ({} is kept): {}", rank, final_path.string(),
+                            latest_path().empty() ? std::string("no earlier checkpoint") : latest_path(), e.what()));
   }
   // Every rank's data is in the file: rank 0 makes it the checkpoint.
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));

@@ -392,7 +392,8 @@ TrainResult Trainer::run() {
     } else {
       m.run_log->flush();
     }
-    if (cfg.checkpoint_interval > 0 && (iter + 1) % cfg.checkpoint_interval == 0) {
+    // Not during a run of bad steps: the last checkpoint stays the last good state.
+    if (cfg.checkpoint_interval > 0 && (iter + 1) % cfg.checkpoint_interval == 0 && it.bad_step.empty()) {
       m.save_checkpoint("checkpoint_interval");
       m.run_log->flush(/*force=*/true);
     }

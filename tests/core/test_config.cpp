@@ -84,6 +84,10 @@ TEST(Config, FileThenOverridesInOrder) {
   EXPECT_EQ(cl.config.attention_backend, "manual");
   EXPECT_TRUE(cl.config.compile);
   EXPECT_EQ(cl.config.max_iters, 200);
+  // A key given again later wins (jobs append EXTRA_ARGS after their own flags).
+  auto again = parse({f, "--dtype=float32", "--max_iters=5", "--dtype=bfloat16", "--max_iters", "7"});
+  EXPECT_EQ(again.config.dtype, "bfloat16");
+  EXPECT_EQ(again.config.max_iters, 7);
 }
 
 TEST(Config, UnknownKeyNamesTheClosest) {

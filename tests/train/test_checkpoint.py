@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""HDF5 checkpoints through the real binaries (driven by CTest).
+
+  resume_exact    N + resume + N iterations equal 2N straight, bit for bit (losses,
+                  gradient norms, final evaluation), at 1 and 2 ranks, for DDP,
+                  ZeRO-1 and FSDP, with dropout on (the RNG state is restored).
+  resume_reshape  a checkpoint of 2 ranks (DDP) resumes on 3 (ZeRO-1), one of 3
+                  (FSDP) on 1 (DDP), with the same global batch: the data order is
+                  kept, so the losses follow the uninterrupted run (fp32 tolerance).
+  eval_only       init_from=resume eval_only=True loads, evaluates and exits: the
+                  same numbers as the training run's final evaluation.
+  signal          SIGUSR1 mid-run: every rank finishes the iteration, a checkpoint
+                  is written, the exit code is 124; resuming finishes with the
+                  losses of an uninterrupted run.
+  kill_in_save    one rank SIGKILLed half way through writing a checkpoint: the
+                  previous checkpoint stays `latest` and loads; the resumed run
+                  equals an uninterrupted one.
+  nan             a NaN loss skips the update on every rank and is counted;
+                  max_bad_steps in a row stops the run naming the last good checkpoint.
+  bad_input       a model that does not match the checkpoint, a truncated newest
+                  checkpoint (falls back with a warning), a missing dataset, `latest`
+                  naming a missing file, no checkpoint at all, an unwritable out_dir,
+                  a full disk during a save (a small tmpfs): one-line errors naming the
+                  file or tensor; an older checkpoint is never lost.
+
+Usage: test_checkpoint.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_common as e  # noqa: E402
+
+case = sys.argv[4]
+work = e.setup(sys.argv, "ckpt_" + case)
+COMMON = ["--eval_interval=1000", "--eval_iters=2", "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3",
+          "--grad_clip=0.5"]
+
+
+def ckpt_dir(out):
+    return os.path.join(work, out, "checkpoints")
+
+
+def latest(out):
+    with open(os.path.join(ckpt_dir(out), "latest")) as f:
+        return f.read().strip()
+
+
+def expect_error(p, *needles):
+    text = p.stdout
+    if p.returncode == 0 or not all(n in text for n in needles):
+        print(text)
+        sys.exit(f"FAILED: expected a failure whose message contains {needles}, got exit {p.returncode}")
+    line = next(l for l in text.splitlines() if needles[0] in l)
+    print(f"  refused as expected: {line.strip()[:220]}")
+
+
+if case == "resume_exact":
+    data = e.prepare()
+    bad = []
+    for n in (1, 2):
+        for strat in ("ddp", "zero1", "fsdp"):
+            flags = [*COMMON, "--dropout=0.1", "--batch_size=4"]
+            if strat == "zero1":
+                flags.append("--use_zero1=True")
+            if strat == "fsdp":
+                flags.append("--use_fsdp=True")
+            tag = f"{strat}_np{n}"
+            e.train(n, data, f"{tag}_full", *flags, "--max_iters=8")
+            e.train(n, data, f"{tag}_part", *flags, "--max_iters=4", "--checkpoint_interval=4")
+            p, _ = e.train(n, data, f"{tag}_part", *flags, "--max_iters=8", "--init_from=resume")
+            assert "resumed from" in p.stdout, p.stdout
+            full, part = e.run_logs(f"{tag}_full"), e.run_logs(f"{tag}_part")
+            a, b = e.losses(full), e.losses(part)
+            with open(full[-1]) as f:
+                ea = json.load(f)["eval_results"][-1]
+            with open(part[-1]) as f:
+                eb = json.load(f)["eval_results"][-1]
+            same = a == b and ea["val_loss"] == eb["val_loss"] and ea["train_loss"] == eb["train_loss"]
+            print(f"{tag}: {len(b)} iterations over 2 runs, final val {eb['val_loss']:.6f} "
+                  f"{'== straight run, bit for bit' if same else 'DIFFERS'}")
+            if not same:
+                bad.append(tag)
+                print("  straight:", a, ea)
+                print("  resumed: ", b, eb)
+    assert not bad, f"resume is not bit-exact for {bad}"
+
+elif case == "resume_reshape":
+    data = e.prepare()
+    # global batch 12 sequences: 2 x 6, 3 x 4, 1 x 12
+    layouts = {
+        "2 ranks DDP -> 3 ranks ZeRO-1": ((2, ["--batch_size=6"]), (3, ["--batch_size=4", "--use_zero1=True"])),
+        "3 ranks FSDP -> 1 rank DDP": ((3, ["--batch_size=4", "--use_fsdp=True"]), (1, ["--batch_size=12"])),
+    }
+    for i, (name, ((n1, f1), (n2, f2))) in enumerate(layouts.items()):
+        e.train(n1, data, f"straight{i}", *COMMON, *f1, "--max_iters=8")
+        e.train(n1, data, f"moved{i}", *COMMON, *f1, "--max_iters=4", "--checkpoint_interval=4")
+        p, log = e.train(n2, data, f"moved{i}", *COMMON, *f2, "--max_iters=8", "--init_from=resume")
+        assert log["startup_info"]["resumed_from"]["world_size"] == n1, log["startup_info"]["resumed_from"]
+        assert log["startup_info"]["config"]["world_size"] == n2
+        a, b = e.losses(e.run_logs(f"straight{i}")), e.losses(e.run_logs(f"moved{i}"))
+        assert len(a) == len(b) == 8, (len(a), len(b))
+        worst = max(abs(x[0] - y[0]) / abs(x[0]) for x, y in zip(a, b))
+        print(f"{name}: losses after the move {[round(x[0], 5) for x in b[4:]]}, straight "
+              f"{[round(x[0], 5) for x in a[4:]]}, largest relative difference {worst:.2e}")
+        for (la, ga), (lb, gb) in zip(a, b):
+            assert e.close(la, lb) and e.close(ga, gb, rtol=1e-3), f"{name}: {a} vs {b}"
+
+elif case == "eval_only":
+    data = e.prepare()
+    _, trained = e.train(2, data, "out", *COMMON, "--max_iters=6", "--eval_interval=6", "--use_zero1=True")
+    final = trained["eval_results"][-1]
+    p, log = e.train(2, data, "out", *COMMON, "--init_from=resume", "--eval_only=True", "--use_zero1=True")
+    ev = log["eval_results"][-1]
+    assert ev["iter"] == 6 and log["training_iterations"] == [], log
+    assert ev["val_loss"] == final["val_loss"] and ev["train_loss"] == final["train_loss"], (ev, final)
+    print(f"eval_only of iteration 6: val {ev['val_loss']:.6f} == the training run's final evaluation")
+    # Nothing to load is an error, not an evaluation of random weights.
+    p, _ = e.train(1, data, "empty", *COMMON, "--init_from=resume", "--eval_only=True", expect_ok=False)
+    expect_error(p, "no checkpoint in", "checkpoints")
+    p, _ = e.train(1, data, "empty", *COMMON, "--eval_only=True", expect_ok=False)
+    expect_error(p, "eval_only", "init_from=resume")
+
+elif case == "signal":
+    data = e.prepare()
+    flags = [*COMMON, "--max_iters=30"]
+    e.train(2, data, "straight", *flags)
+    cmd = e.mpi(2, e.llmtrain(), os.path.join(e.source, "inputs", "tiny_llama.cfg"), f"--data_dir={data}",
+                "--out_dir=stopped", *flags)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
+    watchdog = threading.Timer(180, p.kill)  # never hang the suite
+    watchdog.start()
+    seen = 0
+    for line in p.stdout:
+        if line.startswith("iter "):
+            seen += 1
+            if seen == 5:
+                p.send_signal(signal.SIGUSR1)  # mpirun forwards it to every rank
+                break
+    rest = p.communicate(timeout=120)[0]
+    watchdog.cancel()
+    assert p.returncode == 124, f"exit code {p.returncode}, expected 124 (checkpointed, requeue me)\n{rest}"
+    name = latest("stopped")
+    stopped_at = int(name[5:13])
+    assert 5 <= stopped_at < 30, name
+    with open(e.run_logs("stopped")[-1]) as f:
+        log = json.load(f)
+    assert len(log["training_iterations"]) == stopped_at and log["checkpoints"][-1]["reason"] == "stop signal", log
+    e.train(2, data, "stopped", *flags, "--init_from=resume")
+    a, b = e.losses(e.run_logs("straight")), e.losses(e.run_logs("stopped"))
+    assert a == b, f"resumed run differs from the straight one\n{a}\n{b}"
+    print(f"SIGUSR1 -> checkpoint at iteration {stopped_at}, exit 124 -> resumed -> 30 iterations equal the "
+          f"straight run bit for bit")
+
+elif case == "kill_in_save":
+    data = e.prepare()
+    flags = [*COMMON, "--max_iters=12", "--checkpoint_interval=4"]
+    e.train(2, data, "straight", *flags)
+    p, _ = e.train(2, data, "killed", *flags, expect_ok=False, env={"LLMTRAIN_TEST_KILL_DURING_SAVE": "1:8"})
+    assert p.returncode != 0, "the run went on although a rank was killed"
+    names = sorted(os.listdir(ckpt_dir("killed")))
+    assert latest("killed") == "ckpt_00000004.h5", names
+    assert "ckpt_00000008.h5" not in names, names
+    print(f"rank 1 killed while writing iteration 8's checkpoint: exit {p.returncode}, latest still "
+          f"{latest('killed')}, directory {names}")
+    p, _ = e.train(2, data, "killed", *flags, "--init_from=resume")
+    assert "resumed from" in p.stdout and "ckpt_00000004.h5" in p.stdout, p.stdout
+    assert not any(n.startswith(".") for n in os.listdir(ckpt_dir("killed"))), "the half-written file was not removed"
+    a, b = e.losses(e.run_logs("straight")), e.losses(e.run_logs("killed"))
+    # The killed run logged iterations 0..7, the resumed one 4..11: compare the resumed part.
+    assert a[4:] == b[-8:], f"{a}\n{b}"
+    print("resumed from iteration 4: iterations 4..11 equal the uninterrupted run bit for bit")
+
+elif case == "nan":
+    data = e.prepare()
+    p, log = e.train(2, data, "one", *COMMON, "--max_iters=8", env={"LLMTRAIN_TEST_NAN_AT": "3"})
+    its = log["training_iterations"]
+    assert its[3].get("bad_step") == "loss is nan" and its[3].get("skipped_step") is True, its[3]
+    assert all("bad_step" not in r for i, r in enumerate(its) if i != 3)
+    assert log["summary"]["bad_steps"] == 1 and any("iteration 3: loss is nan" in x for x in log["errors"])
+    assert all(isinstance(r.get("loss"), float) for i, r in enumerate(its) if i != 3), "loss not finite after a skip"
+    print("one NaN loss at iteration 3: update skipped on every rank, counted (bad_steps = 1), training went on")
+    p, log = e.train(2, data, "many", *COMMON, "--max_iters=20", "--checkpoint_interval=2", "--max_bad_steps=3",
+                     expect_ok=False, env={"LLMTRAIN_TEST_NAN_AT": "5,6,7,8,9"})
+    expect_error(p, "training diverged: 3 non-finite steps in a row", "ckpt_00000004.h5")
+
+elif case == "bad_input":
+    data = e.prepare()
+    flags = [*COMMON, "--max_iters=4", "--checkpoint_interval=2"]
+    e.train(1, data, "good", *flags)
+    # A model that does not match: the tensor and both shapes are named.
+    p, _ = e.train(1, data, "good", *flags, "--n_embd=48", "--init_from=resume", expect_ok=False)
+    expect_error(p, "wte.weight", "(256, 48)", "(256, 64)")
+    # The newest checkpoint truncated: a warning, then the previous one.
+    shutil.copytree(os.path.join(work, "good"), os.path.join(work, "trunc"))
+    newest = os.path.join(ckpt_dir("trunc"), "ckpt_00000004.h5")
+    with open(newest, "r+b") as f:
+        f.truncate(os.path.getsize(newest) // 2)
+    p, _ = e.train(1, data, "trunc", *flags, "--max_iters=6", "--init_from=resume")
+    assert "ckpt_00000004.h5 is unusable" in p.stdout and "resumed from" in p.stdout and \
+        "ckpt_00000002.h5 at iteration 2" in p.stdout, p.stdout
+    print("  truncated newest checkpoint: warned, resumed from the previous one")
+    # A dataset missing from the only checkpoint: named.
+    shutil.copytree(os.path.join(work, "good"), os.path.join(work, "nodata"))
+    os.remove(os.path.join(ckpt_dir("nodata"), "ckpt_00000002.h5"))
+    py = os.environ.get("LLMTRAIN_PYTHON", "python3")
+    subprocess.run([py, "-c", "import h5py, sys; f = h5py.File(sys.argv[1], 'r+'); "
+                    "del f['optimizer/exp_avg/h.1.mlp.c_fc.weight']; f.close()",
+                    os.path.join(ckpt_dir("nodata"), "ckpt_00000004.h5")], check=True)
+    p, _ = e.train(1, data, "nodata", *flags, "--init_from=resume", expect_ok=False)
+    expect_error(p, "optimizer/exp_avg/h.1.mlp.c_fc.weight")
+    # `latest` naming a file that is gone: a warning, then the newest present.
+    shutil.copytree(os.path.join(work, "good"), os.path.join(work, "gone"))
+    with open(os.path.join(ckpt_dir("gone"), "latest"), "w") as f:
+        f.write("ckpt_00000099.h5\n")
+    p, _ = e.train(1, data, "gone", *flags, "--max_iters=6", "--init_from=resume")
+    assert "ckpt_00000099.h5 is unusable" in p.stdout and "ckpt_00000004.h5 at iteration 4" in p.stdout, p.stdout
+    print("  latest naming a missing file: warned, resumed from the newest present")
+    # No checkpoint at all.
+    p, _ = e.train(1, data, "nothing", *flags, "--init_from=resume", expect_ok=False)
+    expect_error(p, "no checkpoint in", "nothing/checkpoints")
+    # An out_dir that cannot be created.
+    open(os.path.join(work, "a_file"), "w").close()
+    p, _ = e.train(1, data, "a_file/out", *flags, expect_ok=False)
+    expect_error(p, "a_file/out")
+    # A full disk during a save: the error names the file; the older checkpoint survives and loads.
+    disk = os.path.join(work, "small_disk")
+    os.makedirs(disk)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", disk]).returncode != 0:
+        print("SKIP: cannot mount a tmpfs here (not root?)")
+        sys.exit(77)
+    try:
+        # tiny_llama's checkpoint is 3.6 MB: the first fits, the second does not.
+        p, _ = e.train(1, data, os.path.join(disk, "run"), *flags, "--keep_last=1", expect_ok=False)
+        expect_error(p, "ckpt_00000004.h5")
+        kept = sorted(os.listdir(os.path.join(disk, "run", "checkpoints")))
+        assert "ckpt_00000002.h5" in kept and "ckpt_00000004.h5" not in kept, kept
+        with open(os.path.join(disk, "run", "checkpoints", "latest")) as f:
+            assert f.read().strip() == "ckpt_00000002.h5"
+        shutil.copytree(os.path.join(disk, "run"), os.path.join(work, "after_full"))
+        p, _ = e.train(1, data, "after_full", *flags, "--max_iters=3", "--init_from=resume")
+        assert "ckpt_00000002.h5 at iteration 2" in p.stdout, p.stdout
+        print(f"  disk full during the second save: error named the file, kept {kept}, resumed from it")
+    finally:
+        subprocess.run(["umount", disk])
+else:
+    sys.exit(f"unknown case {case}")
+print("PASS")
