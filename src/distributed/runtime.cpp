@@ -20,6 +20,7 @@
 
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
+#include "distributed/failure_listener.hpp"
 
 namespace llmtrain {
 
@@ -87,9 +88,11 @@ Runtime::Runtime(int& argc, char**& argv) {
 
   const std::string launch = check_launch(world_size_, [](const char* k) { return std::getenv(k); });
   if (!launch.empty()) throw Error(launch);
+  listener_ = std::make_unique<FailureListener>(rank_);
 }
 
 Runtime::~Runtime() {
+  listener_.reset();  // before MPI_Finalize
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) MPI_Finalize();
@@ -174,6 +177,15 @@ std::vector<std::string> Runtime::all_device_names() const {
 
 void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
+void Runtime::set_end_handlers(std::function<void(int, const std::string&)> on_failure,
+                               std::function<void(int)> on_signal) {
+  if (listener_) listener_->set_handlers(std::move(on_failure), std::move(on_signal));
+}
+
+void Runtime::report_failure(const std::string& message) {
+  if (listener_) listener_->report(message);
+}
+
 void Runtime::abort(int code) {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
@@ -204,9 +216,11 @@ int run_main(int argc, char** argv, const std::function<int(Runtime&)>& body) {
   } catch (const c10::Error& e) {
     // LibTorch's own message, without its C++ backtrace of library frames.
     log::write_err_all(fmt::format("error: {}", e.what_without_backtrace()));
+    if (rt) rt->report_failure(e.what_without_backtrace());
     fail_fast(rt.get());
   } catch (const std::exception& e) {
     log::write_err_all(fmt::format("error: {}", e.what()));
+    if (rt) rt->report_failure(e.what());
     fail_fast(rt.get());
   }
 }

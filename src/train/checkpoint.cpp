@@ -336,7 +336,7 @@ std::string Checkpointer::save(const std::vector<CheckpointParam>& params, Strat
     H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
     const hid_t fid = H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fid < 0)
-      throw Error(fmt::format("[rank {}] cannot create checkpoint '{}' (directory writable? disk full?)", rank,
+      throw Error(fmt::format("cannot create checkpoint '{}' (directory writable? disk full?)",
                               tmp_path.string()));
     H5Id file(fid, H5Fclose);
     nlohmann::json names = nlohmann::json::array();
@@ -442,7 +442,7 @@ std::string Checkpointer::save(const std::vector<CheckpointParam>& params, Strat
     // The older checkpoints and `latest` are untouched; the partial file goes.
     std::error_code ec;
     if (rt_.is_root()) fs::remove(tmp_path, ec);
-    throw Error(fmt::format("[rank {}] writing checkpoint '{}' failed ({} is kept): {}", rank, final_path.string(),
+    throw Error(fmt::format("writing checkpoint '{}' failed ({} is kept): {}", final_path.string(),
                             latest_path().empty() ? std::string("no earlier checkpoint") : latest_path(), e.what()));
   }
   // Every rank's data is in the file: rank 0 makes it the checkpoint.
@@ -513,7 +513,7 @@ std::optional<LoadedCheckpoint> Checkpointer::load_latest(const std::vector<Chec
   out.path = chosen;
   H5Id fapl = h5::make_mpio_fapl(MPI_COMM_WORLD);
   const hid_t fid = H5Fopen(chosen.c_str(), H5F_ACC_RDONLY, fapl);
-  if (fid < 0) throw Error(fmt::format("[rank {}] cannot open checkpoint '{}'", rank, chosen));
+  if (fid < 0) throw Error(fmt::format("cannot open checkpoint '{}'", chosen));
   H5Id file(fid, H5Fclose);
   AttrReader attr{chosen};
   out.world_size = attr.i64(file, "world_size");
@@ -595,7 +595,7 @@ std::optional<LoadedCheckpoint> Checkpointer::load_latest(const std::vector<Chec
       }
     }
   }
-  if (file.close() < 0) throw Error(fmt::format("[rank {}] closing checkpoint '{}' failed", rank, chosen));
+  if (file.close() < 0) throw Error(fmt::format("closing checkpoint '{}' failed", chosen));
   strategy.finish_load(steps);
   return out;
 }

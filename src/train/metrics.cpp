@@ -120,7 +120,7 @@ GradNormStats summarize_grad_norms(const std::vector<std::pair<std::string, doub
 nlohmann::json IterationMetrics::to_json() const {
   nlohmann::json j;
   j["iter"] = iter;
-  j["loss"] = loss;
+  if (std::isfinite(loss)) j["loss"] = loss;  // a bad step's NaN is absent (JSON has no NaN); bad_step says why
   j["lr"] = lr;
   j["dt_ms"] = dt_ms;
   // A failed self-check withholds the figure: it is in errors[], not a result.
@@ -130,7 +130,7 @@ nlohmann::json IterationMetrics::to_json() const {
   j["memory_allocated_gb"] = memory.allocated_gb;
   j["memory_peak_gb"] = memory.peak_gb;
   j["memory_reserved_gb"] = memory.reserved_gb;
-  j["grad_norm"] = grad_norm ? nlohmann::json(*grad_norm) : nlohmann::json(nullptr);
+  if (grad_norm && std::isfinite(*grad_norm)) j["grad_norm"] = *grad_norm;  // absent when unknown or non-finite
   j["tokens"] = tokens;
   j["tokens_per_sec_per_device"] = tokens_per_sec_per_device;
   for (int i = 0; i < kNumPhases; ++i) j[phase_name(static_cast<Phase>(i))] = phase_ms[i];
@@ -245,7 +245,8 @@ IterationMetrics Metrics::end_iter(int64_t iter, double loss, double lr, std::op
   }
   m.other_ms = m.dt_ms - sum_ms;
   m.memory = memory_stats(setup_.device);
-  if (!std::isfinite(loss)) m.errors.push_back(fmt::format("iteration {}: loss is {}", iter, loss));
+  // A non-finite loss is not a measurement error: the trainer handles it as a
+  // bad step (skipped on every rank, an event in the run log).
   const double peak_total =
       setup_.peak.tflops_per_device ? *setup_.peak.tflops_per_device * static_cast<double>(setup_.num_devices) : 0.0;
   nlohmann::json rec = m.to_json();

@@ -246,11 +246,18 @@ RunLog::RunLog(const std::string& out_dir, bool enabled, double min_flush_second
   for (int k = 2; fs::exists(path_); ++k) path_ = fmt::format("{}_{}.json", stem, k);
 }
 
+size_t RunLog::num_iterations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return num_iterations_;
+}
+
 void RunLog::set_startup_info(nlohmann::json startup_info) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (enabled_) startup_info_ = std::move(startup_info);
 }
 
 void RunLog::add_iteration(const nlohmann::json& record) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (!enabled_) return;
   iterations_text_ += num_iterations_ == 0 ? "\n    " : ",\n    ";
   iterations_text_ += record.dump();
@@ -258,22 +265,48 @@ void RunLog::add_iteration(const nlohmann::json& record) {
 }
 
 void RunLog::add_eval(const nlohmann::json& result) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (enabled_) eval_results_.push_back(result);
 }
 
 void RunLog::add_error(const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (enabled_) errors_.push_back(message);
 }
 
 void RunLog::add_checkpoint(const nlohmann::json& record) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (enabled_) checkpoints_.push_back(record);
 }
 
+void RunLog::add_event(const nlohmann::json& record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (enabled_) events_.push_back(record);
+}
+
 void RunLog::set_summary(nlohmann::json summary) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (enabled_) summary_ = std::move(summary);
 }
 
+void RunLog::record_failure(int rank, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!enabled_) return;
+  errors_.push_back(fmt::format("[rank {}] {}", rank, message));
+  if (!summary_.is_object()) summary_ = nlohmann::json::object();
+  summary_["status"] = "failed";
+  summary_["error"] = message;
+  summary_["error_rank"] = rank;
+  summary_["iterations_logged"] = num_iterations_;
+  flush_locked(/*force=*/true);
+}
+
 bool RunLog::flush(bool force) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return flush_locked(force);
+}
+
+bool RunLog::flush_locked(bool force) {
   if (!enabled_) return false;
   const auto now = std::chrono::steady_clock::now();
   if (!force && flushed_once_ &&
@@ -289,6 +322,7 @@ bool RunLog::flush(bool force) {
   text += "  \"eval_results\": " + eval_results_.dump() + ",\n";
   text += "  \"errors\": " + errors_.dump() + ",\n";
   text += "  \"checkpoints\": " + checkpoints_.dump() + ",\n";
+  text += "  \"events\": " + events_.dump() + ",\n";
   text += "  \"summary\": " + summary_.dump(2) + "\n}\n";
   write_file_atomic(path_, text);
   last_flush_ = now;

@@ -10,6 +10,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -76,6 +77,18 @@ struct Trainer::Impl {
   int64_t last_saved_iteration = -1;
   int64_t consecutive_bad_steps = 0;
   std::set<int64_t> inject_nan = nan_injection_iters();
+  // For the tests: LLMTRAIN_TEST_ITER_SLEEP_MS makes every iteration that much longer.
+  int64_t iter_sleep_ms = [] {
+    const char* v = std::getenv("LLMTRAIN_TEST_ITER_SLEEP_MS");
+    return v ? std::atoll(v) : 0LL;
+  }();
+  // A fault for the tests: LLMTRAIN_TEST_FAIL_AT=<rank>:<iteration> throws on that rank only.
+  std::pair<int, int64_t> inject_fail = [] {
+    int r = -1;
+    long long i = -1;
+    if (const char* v = std::getenv("LLMTRAIN_TEST_FAIL_AT")) std::sscanf(v, "%d:%lld", &r, &i);
+    return std::pair<int, int64_t>(r, i);
+  }();
 
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(c) {
     // 1. device and precision
@@ -140,9 +153,22 @@ struct Trainer::Impl {
                                  {"strategy", resumed->strategy}};
     run_log->set_startup_info(std::move(startup));
     run_log->flush(/*force=*/true);
+    // How the run's record survives its end: another rank's fatal error is
+    // recorded here (rank 0) before the job is aborted, and a stop signal
+    // flushes the log at once (mpirun kills the ranks about a second after
+    // forwarding SIGTERM).
+    rt.set_end_handlers([log = run_log.get()](int rank, const std::string& msg) { log->record_failure(rank, msg); },
+                        [log = run_log.get()](int sig) {
+                          log->add_event({{"kind", "signal"}, {"signal", sig},
+                                          {"message", fmt::format("signal {} received; stopping after the "
+                                                                  "current iteration with a checkpoint", sig)}});
+                          log->flush(/*force=*/true);
+                        });
     log::info("{}", format_startup_block(cfg, mcfg, env, setup));
     log::info("run log: {}", run_log->path());
   }
+
+  ~Impl() { rt.set_end_handlers({}, {}); }
 
   // Loads the newest loadable checkpoint of out_dir: any world size and strategy
   // can continue what any other wrote; the same world size and strategy
@@ -240,6 +266,9 @@ struct Trainer::Impl {
   // One iteration: accumulate micro-batches, reduce, clip, step. The window
   // between start_iter and end_iter is bounded by device synchronizations.
   IterationMetrics train_step(int64_t iter) {
+    if (inject_fail.first == rt.rank() && inject_fail.second == iter)
+      throw Error(fmt::format("injected failure at iteration {} (LLMTRAIN_TEST_FAIL_AT)", iter));
+    if (iter_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(iter_sleep_ms));
     sync_device(device);
     metrics->start_iter();
     strategy->take_exposed_comm_seconds();                    // drop waits from before (eval's FSDP gathers)
@@ -320,6 +349,18 @@ Trainer::Trainer(const Config& config, Runtime& rt) : impl_(std::make_unique<Imp
 Trainer::~Trainer() = default;
 
 TrainResult Trainer::run() {
+  try {
+    return run_loop();
+  } catch (const c10::Error& e) {
+    impl_->run_log->record_failure(impl_->rt.rank(), e.what_without_backtrace());
+    throw;
+  } catch (const std::exception& e) {
+    impl_->run_log->record_failure(impl_->rt.rank(), e.what());
+    throw;
+  }
+}
+
+TrainResult Trainer::run_loop() {
   auto& m = *impl_;
   const Config& cfg = m.cfg;
   TrainResult result;
@@ -360,7 +401,7 @@ TrainResult Trainer::run() {
       const std::string msg = fmt::format("iteration {}: {}; the update was skipped on every rank ({} in a row, "
                                           "max_bad_steps = {})",
                                           iter, it.bad_step, m.consecutive_bad_steps, cfg.max_bad_steps);
-      m.run_log->add_error(msg);
+      m.run_log->add_event({{"iter", iter}, {"kind", "bad_step"}, {"message", msg}});
       log::warn("{}", msg);
       if (m.consecutive_bad_steps >= cfg.max_bad_steps) {
         m.run_log->flush(/*force=*/true);
@@ -406,7 +447,7 @@ TrainResult Trainer::run() {
       const std::string msg = fmt::format("stopped by signal {} after iteration {} of {}; checkpoint {} (resume "
                                           "with init_from=resume)",
                                           sig, iter + 1, cfg.max_iters, result.checkpoint);
-      m.run_log->add_error(msg);
+      m.run_log->add_event({{"iter", iter + 1}, {"kind", "stopped"}, {"signal", sig}, {"message", msg}});
       say(msg);
       break;
     }
@@ -415,6 +456,8 @@ TrainResult Trainer::run() {
   const auto summary = m.metrics->summary(cfg.warmup_report_iters);
   auto s = summary;
   s["bad_steps"] = m.state.bad_steps;
+  s["status"] = result.stopped_by_signal ? "stopped" : "completed";
+  if (result.stopped_by_signal) s["stop_signal"] = result.stopped_by_signal;
   m.run_log->set_summary(s);
   m.run_log->flush(/*force=*/true);
   result.tokens_per_sec = summary.value("tokens_per_sec", 0.0);

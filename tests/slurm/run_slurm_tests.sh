@@ -8,6 +8,10 @@
 #                                        submitted through jobs/submit.sh
 #   5. jobs/submit_scaling.sh weak       1 and 2 ranks + the llmtrain-report --scaling step
 #   6. jobs/memory_max_batch.sbatch      finds the out-of-memory limit (under ulimit -v)
+#   7. pre-emption: a running tier1 job (2 ranks, mpirun) gets SIGUSR1 as Slurm's
+#      --signal=B:USR1@120 sends it (scancel --signal=USR1 --batch), checkpoints,
+#      exits 124, requeues itself, resumes from the checkpoint and finishes with
+#      the losses of an uninterrupted job, bit for bit
 # and checks every job's exit code (sbatch --wait; no accounting here, so no
 # sacct), its output file logs/<name>_<id>.out, and the run logs it left
 # (run_*.json with training_iterations, world size, the variant's settings).
@@ -238,5 +242,61 @@ r = json.load(open(sys.argv[1]))
 assert r["largest_batch_size_that_fits"] == 2 and r["first_out_of_memory"] == 4096, r
 print("ok:", sys.argv[1], r)
 PY
+
+# ---- 7. pre-emption: signal -> checkpoint -> 124 -> requeue -> resume ----------
+note "pre-emption: tier1 (2 ranks, mpirun) signalled mid-run, requeued, resumed"
+export LLMTRAIN_LAUNCHER=mpirun
+LONG=600
+ITERS=$LONG sub --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --time=10 "$src/jobs/tier1.sbatch"
+((jobrc == 0)) || { show_log "$jobid"; fail "uninterrupted tier1 job $jobid exited $jobrc"; }
+ref_dir=$OUT_ROOT/tier1_$jobid
+pre=$(ITERS=$LONG sbatch --parsable --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --time=10 \
+      "$src/jobs/tier1.sbatch" 2>"$work/sbatch.err") || { cat "$work/sbatch.err"; fail "sbatch of the pre-emption job failed"; }
+pre=${pre%%;*}
+pre_dir=$OUT_ROOT/tier1_$pre
+# Wait until it trains (iteration 100 printed), then signal the batch shell as Slurm does.
+for ((i = 0; i < 600; i++)); do
+  grep -q "^iter 100/" "$pre_dir/console.log" 2>/dev/null && break
+  sleep 0.2
+done
+grep -q "^iter 100/" "$pre_dir/console.log" 2>/dev/null || { show_log "$pre"; fail "job $pre never reached iteration 100"; }
+t_signal=$(date +%s.%N)
+scancel --signal=USR1 --batch "$pre" || fail "scancel --signal=USR1 --batch $pre failed"
+# It must come back (requeued: SLURM_RESTART_COUNT=1) and complete.
+state=""
+for ((i = 0; i < 900; i++)); do
+  state=$(scontrol show job "$pre" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+  restarts=$(scontrol show job "$pre" 2>/dev/null | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+  [[ "$state" == COMPLETED && "${restarts:-0}" -ge 1 ]] && break
+  [[ "$state" == FAILED || "$state" == CANCELLED || "$state" == TIMEOUT ]] && break
+  sleep 0.2
+done
+[[ "$state" == COMPLETED ]] || { show_log "$pre"; fail "pre-empted job $pre ended $state (restarts ${restarts:-0})"; }
+log=$(joblog "$pre")
+grep -q "exit 124): requeueing job $pre" "$log" || { show_log "$pre"; fail "job $pre did not requeue itself on exit 124"; }
+grep -q "requeued run #1: resuming" "$log" || { show_log "$pre"; fail "the requeued job did not say it resumes"; }
+grep -q "resumed from $pre_dir/checkpoints/ckpt_" "$log" || { show_log "$pre"; fail "the requeued run did not resume from its checkpoint"; }
+python3 - "$ref_dir" "$pre_dir" "$LONG" "$t_signal" <<'PY' || { show_log "$pre"; fail "the resumed job's losses differ from the uninterrupted job's"; }
+import glob, json, os, sys
+ref_dir, pre_dir, iters, t_signal = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+def losses(d):
+    out = []
+    for p in sorted(glob.glob(f"{d}/run_*.json")):
+        out += [r["loss"] for r in json.load(open(p))["training_iterations"]]
+    return out
+a, b = losses(ref_dir), losses(pre_dir)
+logs = sorted(glob.glob(f"{pre_dir}/run_*.json"))
+assert len(logs) == 2, f"expected the stopped and the resumed run logs, found {logs}"
+stopped = json.load(open(logs[0]))
+n = len(stopped["training_iterations"])
+assert 100 <= n < iters and stopped["checkpoints"][-1]["reason"] == "stop signal", (n, stopped["checkpoints"])
+assert len(a) == len(b) == iters and a == b, f"{len(a)} vs {len(b)} iterations; first difference at " \
+    f"{next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)}"
+resumed = json.load(open(logs[1]))
+print(f"ok: signalled at iteration {n}, checkpointed, exit 124, requeued, resumed at "
+      f"{resumed['startup_info']['resumed_from']['iteration']}; {iters} iterations equal the uninterrupted job's; "
+      f"signal to resumed job's run log: {os.path.getmtime(logs[1]) - t_signal:.1f} s")
+PY
+unset LLMTRAIN_LAUNCHER
 
 echo "PASS: all Slurm job-template checks"

@@ -183,12 +183,16 @@ elif case == "nan":
     its = log["training_iterations"]
     assert its[3].get("bad_step") == "loss is nan" and its[3].get("skipped_step") is True, its[3]
     assert all("bad_step" not in r for i, r in enumerate(its) if i != 3)
-    assert log["summary"]["bad_steps"] == 1 and any("iteration 3: loss is nan" in x for x in log["errors"])
+    assert log["summary"]["bad_steps"] == 1 and log["summary"]["status"] == "completed"
+    assert [ev["iter"] for ev in log["events"] if ev["kind"] == "bad_step"] == [3], log["events"]
+    assert not log["errors"], log["errors"]
     assert all(isinstance(r.get("loss"), float) for i, r in enumerate(its) if i != 3), "loss not finite after a skip"
     print("one NaN loss at iteration 3: update skipped on every rank, counted (bad_steps = 1), training went on")
     p, log = e.train(2, data, "many", *COMMON, "--max_iters=20", "--checkpoint_interval=2", "--max_bad_steps=3",
                      expect_ok=False, env={"LLMTRAIN_TEST_NAN_AT": "5,6,7,8,9"})
     expect_error(p, "training diverged: 3 non-finite steps in a row", "ckpt_00000004.h5")
+    assert log["summary"]["status"] == "failed" and "training diverged" in log["summary"]["error"], log["summary"]
+    assert [ev["iter"] for ev in log["events"] if ev["kind"] == "bad_step"] == [5, 6, 7], log["events"]
 
 elif case == "bad_input":
     data = e.prepare()

@@ -180,7 +180,8 @@ elif case == "stop_signal":
         log = json.load(f)
     n = len(log["training_iterations"])
     assert 3 <= n < 100000, n
-    assert any("stopped by signal" in e for e in log["errors"]), log["errors"]
+    assert any(ev["kind"] == "stopped" and "stopped by signal" in ev["message"] for ev in log["events"]), log["events"]
+    assert log["summary"]["status"] == "stopped" and not log["errors"], (log["summary"], log["errors"])
     assert log["summary"], "summary missing after a signal"
     print(f"stopped cleanly after {n} iterations; run log complete")
 elif case == "precision":

@@ -2,12 +2,15 @@
 // device, threads) and the rule that an error on one rank ends the whole job.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <torch/types.h>
 
 namespace llmtrain {
+
+class FailureListener;
 
 class Runtime {
  public:
@@ -45,12 +48,22 @@ class Runtime {
   // Ends every rank of the job with `code` (MPI_Abort); used after an error.
   [[noreturn]] static void abort(int code);
 
+  // The run's record of its own end (rank 0 writes it; see failure_listener.hpp):
+  // `on_failure(rank, message)` is called on rank 0 for a fatal error on any
+  // rank (reported through report_failure, which run_main does), `on_signal`
+  // once when a stop signal reaches rank 0's process. Both run on a thread of
+  // their own and must be thread-safe; pass empty functions to remove them.
+  void set_end_handlers(std::function<void(int, const std::string&)> on_failure,
+                        std::function<void(int)> on_signal);
+  void report_failure(const std::string& message);
+
  private:
   int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, num_nodes_ = 1;
   int thread_level_ = 0;
   int num_threads_ = 1;
   std::string hostname_;
   torch::Device device_{torch::kCPU};
+  std::unique_ptr<FailureListener> listener_;
 };
 
 // Checks that MPI's world size matches the Slurm allocation: SLURM_NTASKS ranks

@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,8 @@ nlohmann::json make_startup_info(const Config& config, const ModelConfig& model,
 std::string format_startup_block(const Config& config, const ModelConfig& model,
                                  const RunEnvironment& env, const MetricsSetup& metrics);
 
+// Thread-safe: the training thread adds records while a listener thread may
+// record a failure on another rank or flush on a stop signal.
 class RunLog {
  public:
   // `enabled` = false (ranks other than 0) makes every call a no-op. Creates
@@ -63,7 +66,12 @@ class RunLog {
   void add_eval(const nlohmann::json& result);        // an eval_results[] entry
   void add_error(const std::string& message);         // errors[]: failed self-checks ...
   void add_checkpoint(const nlohmann::json& record);  // checkpoints[]: {iter, path, reason, seconds}
+  void add_event(const nlohmann::json& record);       // events[]: {iter, kind, message}: bad steps, signals
   void set_summary(nlohmann::json summary);
+  // The run ended without completing: errors[] gets "[rank r] message" and the
+  // summary says {"status": "failed", "error": ..., "error_rank": r}, keeping what
+  // it held; then the file is written (forced).
+  void record_failure(int rank, const std::string& message);
 
   // Rewrites the file atomically; skipped when the last write was less than
   // min_flush_seconds ago unless `force`. Returns whether it wrote.
@@ -71,9 +79,11 @@ class RunLog {
 
   const std::string& path() const { return path_; }
   bool enabled() const { return enabled_; }
-  size_t num_iterations() const { return num_iterations_; }
+  size_t num_iterations() const;
 
  private:
+  bool flush_locked(bool force);
+  mutable std::mutex mu_;
   bool enabled_;
   double min_flush_seconds_;
   std::string path_;
@@ -85,6 +95,7 @@ class RunLog {
   nlohmann::json eval_results_ = nlohmann::json::array();
   nlohmann::json errors_ = nlohmann::json::array();
   nlohmann::json checkpoints_ = nlohmann::json::array();
+  nlohmann::json events_ = nlohmann::json::array();
   nlohmann::json summary_ = nlohmann::json::object();
   std::chrono::steady_clock::time_point last_flush_{};
   bool flushed_once_ = false;

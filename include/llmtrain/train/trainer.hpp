@@ -26,9 +26,12 @@ class Trainer {
  public:
   Trainer(const Config& config, Runtime& rt);
   ~Trainer();
+  // Runs the loop. An error on this rank is recorded in the run log (status
+  // failed, with the error) before it propagates.
   TrainResult run();
 
  private:
+  TrainResult run_loop();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
