@@ -243,7 +243,6 @@ void Config::refuse_unbuilt() const {
   // Each entry leaves this list in the change that builds the feature.
   struct Unbuilt { bool asked; const char* what; const char* where; };
   const Unbuilt unbuilt[] = {
-      {compile, "compile=True (fused kernels)", "fused kernels are not built yet"},
       {use_cuda_graphs, "use_cuda_graphs=True", "CUDA graph capture is not built yet"},
   };
   for (const auto& u : unbuilt)

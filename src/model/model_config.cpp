@@ -102,6 +102,7 @@ ModelConfig ModelConfig::from_config(const Config& c, int64_t data_vocab_size) {
   m.rope_theta = c.rope_theta;
   m.norm_eps = c.norm_eps;
   m.dropout = c.dropout;
+  m.fused_loss = c.compile;
   return m;
 }
 

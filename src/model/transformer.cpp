@@ -9,6 +9,7 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/model/params.hpp"
+#include "model/fused_loss.hpp"
 #include "model/layers.hpp"
 
 namespace llmtrain {
@@ -69,6 +70,13 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg), parts_(std
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& idx) {
   auto& p = *parts_;
+  auto x = hidden(idx);
+  if (p.lm_head) return p.lm_head(x);  // (B, T, padded_vocab)
+  return at::linear(x, p.wte->weight);
+}
+
+torch::Tensor TransformerImpl::hidden(const torch::Tensor& idx) {
+  auto& p = *parts_;
   const int64_t T = idx.size(1);
   LLMTRAIN_CHECK(T <= cfg_.block_size, "sequence length {} exceeds block_size = {}", T, cfg_.block_size);
   if (p.hooks) p.hooks->before_forward();
@@ -87,12 +95,17 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& idx) {
       });
     }
   }
-  x = p.ln_f(x);
-  if (p.lm_head) return p.lm_head(x);  // (B, T, padded_vocab)
-  return at::linear(x, p.wte->weight);
+  return p.ln_f(x);
 }
 
 torch::Tensor TransformerImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
+  if (cfg_.fused_loss) {
+    auto& p = *parts_;
+    auto x = hidden(idx);  // (B, T, C)
+    return model_detail::fused_linear_cross_entropy(x.reshape({-1, x.size(-1)}),
+                                                    p.lm_head ? p.lm_head->weight : p.wte->weight,
+                                                    targets.reshape({-1}), /*ignore_index=*/-1);
+  }
   auto logits = forward(idx);  // (B, T, V)
   const int64_t V = logits.size(-1);
   return torch::nn::functional::cross_entropy(

@@ -37,6 +37,9 @@ struct ModelConfig {
   AttentionBackend attention_backend = AttentionBackend::sdpa;
   bool qk_norm = false, bias = false, tie_embeddings = false;
   double rope_theta = 10000.0, norm_eps = 1e-5, dropout = 0.0;
+  // compile=True: the LM head and the cross-entropy fused, in chunks of rows
+  // (model/fused_loss.hpp); the loss and its gradients equal the plain path's.
+  bool fused_loss = false;
 
   // Resolves the config's model keys (0 = derived defaults); `data_vocab_size`
   // is used when vocab_size = 0. Throws ConfigError on inconsistent shapes.

@@ -37,6 +37,8 @@ class TransformerImpl : public torch::nn::Module {
 
   // idx: (B, T) int64 -> logits (B, T, padded_vocab)
   torch::Tensor forward(const torch::Tensor& idx);
+  // The final norm's output (B, T, C): forward() without the LM head.
+  torch::Tensor hidden(const torch::Tensor& idx);
   // Mean cross-entropy of next-token prediction; idx, targets: (B, T) int64.
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
 
