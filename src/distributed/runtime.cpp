@@ -91,6 +91,8 @@ Runtime::Runtime(int& argc, char**& argv) {
   const std::string launch = check_launch(world_size_, [](const char* k) { return std::getenv(k); });
   if (!launch.empty()) throw Error(launch);
   listener_ = std::make_unique<FailureListener>(rank_);
+  // A watchdog timeout is a failure like any other: into the run log before the abort.
+  watchdog_->set_before_abort([this](const std::string& message) { report_failure(message); });
 }
 
 Runtime::~Runtime() {

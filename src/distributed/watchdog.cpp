@@ -179,6 +179,7 @@ struct Watchdog::Impl {
   MPI_Request recv_req = MPI_REQUEST_NULL;
 
   std::mutex checks_m;
+  std::function<void(const std::string&)> before_abort;  // under checks_m
   std::map<int, std::pair<std::function<std::string()>, std::function<void()>>> checks;
   int next_check = 0;
 
@@ -280,6 +281,12 @@ struct Watchdog::Impl {
     std::fflush(stdout);
     {
       std::lock_guard<std::mutex> lock(checks_m);
+      if (before_abort) {
+        try {
+          before_abort(msg);
+        } catch (...) {
+        }
+      }
       for (auto& [id, c] : checks) {
         try {
           if (c.second) c.second();
@@ -449,6 +456,11 @@ int Watchdog::add_check(std::function<std::string()> check, std::function<void()
   const int id = m.next_check++;
   m.checks[id] = {std::move(check), std::move(on_abort)};
   return id;
+}
+
+void Watchdog::set_before_abort(std::function<void(const std::string&)> before_abort) {
+  std::lock_guard<std::mutex> lock(impl_->checks_m);
+  impl_->before_abort = std::move(before_abort);
 }
 
 void Watchdog::remove_check(int id) {

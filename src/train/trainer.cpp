@@ -213,6 +213,7 @@ struct Trainer::Impl {
     const std::string dir_latest = checkpointer->latest_path();
     if (last_saved_iteration == state.iteration && !dir_latest.empty()) return dir_latest;
     state.loss_scaler = scaler.state();
+    rt.watchdog().activity(fmt::format("checkpoint save after iteration {} ({})", state.iteration, why));
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = checkpointer->save(ckpt_params, *strategy, state, cfg.to_json());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -369,8 +370,17 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const Config& config, Runtime& rt) : impl_(std::make_unique<Impl>(config, rt)) {}
-Trainer::~Trainer() = default;
+Trainer::Trainer(const Config& config, Runtime& rt) {
+  try {
+    impl_ = std::make_unique<Impl>(config, rt);
+  } catch (...) {
+    rt.watchdog().idle();  // a refused start-up is not a stall (tests construct many trainers in one process)
+    throw;
+  }
+}
+Trainer::~Trainer() {
+  if (impl_) impl_->rt.watchdog().idle();
+}
 
 TrainResult Trainer::run() {
   try {

@@ -220,7 +220,7 @@ elif case == "stalled_rank":
     import time
     data = prepare()
     cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
-    limit = 15
+    limit = 20
     p = subprocess.Popen(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", "--out_dir=out",
                              "--max_iters=100000", "--eval_interval=100000", "--log_interval=1",
                              f"--collective_timeout_s={limit}"),
@@ -286,6 +286,13 @@ elif case == "stalled_rank":
     assert "watchdog" in rest and "rank(s) 1 did not arrive" in rest, "no watchdog message naming rank 1"
     assert "no heartbeat" in rest, "the message does not say why rank 1 did not arrive"
     assert elapsed < limit + 30, f"the job ended {elapsed:.1f} s after the stop, limit {limit} s"
+    # The run log records the watchdog's verdict (issue 19 part 8's failed status).
+    logs = glob.glob(os.path.join(work, "out", "run_*.json"))
+    assert len(logs) == 1, logs
+    log = json.load(open(logs[0]))
+    assert log["summary"].get("status") == "failed", log["summary"]
+    assert "rank(s) 1 did not arrive" in log["summary"].get("error", ""), log["summary"]
+    assert log["training_iterations"], "the iterations before the stall were not logged"
     print(f"job ended {elapsed:.1f} s after rank 1 was stopped (collective_timeout_s={limit})")
 elif case == "config_errors":
     # Issue 19, part 5.

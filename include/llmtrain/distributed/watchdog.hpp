@@ -93,6 +93,11 @@ class Watchdog {
   // kernel waits forever). Returns an id for remove_check.
   int add_check(std::function<std::string()> check, std::function<void()> on_abort);
   void remove_check(int id);
+  // Called with the message on the watchdog thread when it ends the job, before
+  // the checks' on_abort and MPI_Abort: the Runtime records it in the run log
+  // (rank 0 directly, another rank through the failure listener). Bounded: it
+  // must not wait for a rank that may be the stalled one for more than seconds.
+  void set_before_abort(std::function<void(const std::string&)> before_abort);
 
  private:
   struct Impl;
