@@ -161,7 +161,7 @@ elif case == "full_disk":
         saved = os.path.join(work, "saved")
         shutil.copytree(out, saved)
         used = shutil.disk_usage(mnt).used
-        p = prepare(out, "--overwrite", "--val_fraction", "0.1", *speeches[-12:], expect_ok=False)  # ~2 MB of tokens
+        p = prepare(out, "--overwrite", "--val_fraction", "0.1", *speeches[-40:], expect_ok=False)  # ~3 MB of tokens
         if p.returncode == 0:
             fail(p, "a full disk was reported as success")
         if "No space left on device" not in p.stdout:
