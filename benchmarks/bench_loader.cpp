@@ -50,6 +50,7 @@ void make_data() {
   o.vocab_size = 50257;
   o.tokenizer_name = "gpt2";
   o.out_dir = g_dir;
+  o.overwrite = true;  // the directory of the last benchmark run
   o.shard_tokens = 16 << 20;
   o.progress = false;
   prepare_data(o, *g_rt);

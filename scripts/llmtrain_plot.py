@@ -16,6 +16,31 @@ matplotlib.use("Agg")  # no display on cluster nodes
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def save_atomic(fig, path):
+    """The project's rule for every file it writes (core/atomic_file.hpp): a
+    temporary name beside it, flushed and fsync'ed, renamed over it, the directory
+    fsync'ed; the temporary removed on failure. A reader never sees half a PNG."""
+    d = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            fig.savefig(f, dpi=110, format="png")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def series(log, key):
     xs, ys = [], []
     for rec in log.get("training_iterations", []):
@@ -52,7 +77,7 @@ def plot_over_iterations(runs, logs, key, ylabel, title, path, warmup_of):
     if drawn:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_atomic(fig, path)
     plt.close(fig)
     return path
 
@@ -84,7 +109,7 @@ def plot_scaling(report, path):
     a2.legend()
     a2.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_atomic(fig, path)
     plt.close(fig)
     return path
 

@@ -27,7 +27,14 @@ int main(int argc, char** argv) {
         "Writes DIR/train_00000.h5 ..., DIR/val_00000.h5 ... and DIR/index.json.\n\noptions");
     flags.add_options()
         ("help,h", "print this help")
-        ("out_dir,o", po::value(&o.out_dir), "output directory (created; earlier shards and index there are replaced)")
+        ("out_dir,o", po::value(&o.out_dir),
+         "output directory (created; written beside it under a temporary name and renamed into place when "
+         "complete and checked)")
+        ("overwrite", po::bool_switch(&o.overwrite),
+         "replace an existing data directory at --out_dir (only once the new data is complete and checked)")
+        ("strict", po::bool_switch(&o.strict),
+         "refuse input documents that are not text (NUL bytes; ill-formed UTF-8 for the text tokenizers) or "
+         "hold the end-of-document token, instead of skipping them with a warning")
         ("ext", po::value(&exts),
          "take only files with these extensions from input directories, comma-separated (e.g. --ext .txt,.md); "
          "default: all")
@@ -67,9 +74,10 @@ int main(int argc, char** argv) {
     const auto r = llmtrain::prepare_data(o, rt);
     llmtrain::log::info(
         "prepared {}: train {} tokens ({} documents, {} shards), val {} tokens ({} documents, {} shards) in "
-        "{:.1f} s on {} ranks ({:.2f}M tokens/s per rank)",
+        "{:.1f} s on {} ranks ({:.2f}M tokens/s per rank){}",
         o.out_dir, r.train_tokens, r.train_documents, r.train_shards, r.val_tokens, r.val_documents, r.val_shards,
-        r.seconds, r.world_size, (r.train_tokens + r.val_tokens) / std::max(r.seconds, 1e-9) / r.world_size / 1e6);
+        r.seconds, r.world_size, (r.train_tokens + r.val_tokens) / std::max(r.seconds, 1e-9) / r.world_size / 1e6,
+        r.skipped_documents ? fmt::format("; {} document(s) skipped (warnings above)", r.skipped_documents) : "");
     return 0;
   });
 }

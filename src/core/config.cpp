@@ -2,7 +2,10 @@
 #include "llmtrain/core/config.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -186,10 +189,16 @@ std::string Config::get(const std::string& key) const {
 }
 
 void Config::load_file(const std::string& path) {
+  // A directory opens as an empty stream on Linux: say so instead of reading no keys.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(fmt::format("config file '{}' is a directory; give a file of 'key = value' lines", path));
+  errno = 0;
   std::ifstream in(path);
-  if (!in) throw ConfigError(fmt::format("cannot open config file '{}'", path));
+  if (!in) throw ConfigError(fmt::format("cannot open config file '{}': {}", path, std::strerror(errno)));
   std::string line;
   int lineno = 0;
+  std::map<std::string, int> seen;  // key -> line that set it in this file
   while (std::getline(in, line)) {
     ++lineno;
     // '#' starts a comment unless it is inside quotes.
@@ -209,12 +218,18 @@ void Config::load_file(const std::string& path) {
     const std::string key = strip(line.substr(0, eq));
     const Key* k = find_key(key);
     if (!k) unknown_key(key, fmt::format(" at {}:{}", path, lineno));
+    // Within one file a second value is a mistake (which one was meant?); across
+    // files and on the command line the later one wins, as documented.
+    if (const auto [it, fresh] = seen.emplace(key, lineno); !fresh)
+      throw ConfigError(fmt::format("{}:{}: config key '{}' is set twice in this file (first at {}:{}); keep one",
+                                    path, lineno, key, path, it->second));
     try {
       k->set(*this, line.substr(eq + 1));
     } catch (const ConfigError& e) {
       throw ConfigError(fmt::format("{}:{}: {}", path, lineno, e.what()));
     }
   }
+  if (in.bad()) throw ConfigError(fmt::format("reading config file '{}' failed: {}", path, std::strerror(errno)));
 }
 
 void Config::validate() const {

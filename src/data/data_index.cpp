@@ -1,5 +1,7 @@
 #include "data/data_index.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -36,11 +38,18 @@ std::vector<ShardEntry> read_split(const json& j, const std::string& split, cons
 
 DataIndex read_data_index(const std::string& dir) {
   if (dir.empty()) throw DataError("data_dir is empty; set it to a directory made by llmtrain-prepare");
-  if (!fs::is_directory(dir))
+  std::error_code ec;
+  const auto st = fs::status(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+    throw DataError(fmt::format("cannot access data directory '{}' (data_dir): {}", dir, ec.message()));
+  if (!fs::is_directory(st))
     throw DataError(fmt::format("data directory '{}' does not exist (data_dir); make one with llmtrain-prepare",
                                 dir));
   const std::string index_path = (fs::path(dir) / "index.json").string();
+  errno = 0;
   std::ifstream in(index_path);
+  if (!in && errno != ENOENT && errno != 0)
+    throw DataError(fmt::format("cannot read '{}': {}", index_path, std::strerror(errno)));
   if (!in)
     throw DataError(fmt::format("data directory '{}' has no index.json ('{}' is missing: not made by "
                                 "llmtrain-prepare, or its run was interrupted); re-run llmtrain-prepare",

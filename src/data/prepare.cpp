@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -27,6 +29,7 @@
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/hash.hpp"
+#include "llmtrain/core/log.hpp"
 #include "llmtrain/tokenizer/tokenizer.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/core/progress.hpp"
@@ -97,6 +100,42 @@ int64_t line_number(const std::string& path, int64_t offset) {
   return line;
 }
 
+}  // namespace
+
+size_t utf8_first_invalid(std::string_view s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  while (i < n) {
+    const unsigned b = byte(i);
+    if (b < 0x80) { ++i; continue; }
+    // Well-formed sequences (Unicode Table 3-7): no overlong forms, no surrogates, <= U+10FFFF.
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) len = 2;
+    else if (b >= 0xE0 && b <= 0xEF) { len = 3; if (b == 0xE0) lo = 0xA0; if (b == 0xED) hi = 0x9F; }
+    else if (b >= 0xF0 && b <= 0xF4) { len = 4; if (b == 0xF0) lo = 0x90; if (b == 0xF4) hi = 0x8F; }
+    else return i;
+    if (i + len > n) return i;
+    if (byte(i + 1) < lo || byte(i + 1) > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+std::string not_text_reason(std::string_view text, bool require_utf8) {
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos)
+    return fmt::format("binary (a NUL byte at offset {})", nul);
+  if (require_utf8)
+    if (const auto bad = utf8_first_invalid(text); bad != std::string_view::npos)
+      return fmt::format("not UTF-8 text (an ill-formed byte sequence at offset {})", bad);
+  return "";
+}
+
+namespace {
+
 // Rank-0 progress: documents, tokens, tokens/s and ETA from the share of rank 0's
 // byte range done (every rank has about the same number of bytes). Redrawn in
 // place on a terminal, a plain line every 10 s otherwise (logs under Slurm).
@@ -142,22 +181,40 @@ template <typename T>
 struct SplitTokens {
   std::vector<T> train, val;
   int64_t train_docs = 0, val_docs = 0;
+  std::vector<std::string> skipped;  // "<file>[:line]: <reason>", in input order
 };
+
+// The byte tokenizer takes any bytes; the text tokenizers need UTF-8 (they would
+// turn every ill-formed byte into U+FFFD and train on noise).
+bool needs_utf8(const Tokenizer& tok) { return tok.name() != "byte"; }
 
 template <typename T>
 void append_document(const Tokenizer& tok, std::string_view text, bool val, SplitTokens<T>& out,
-                     const std::string& path, int64_t offset, bool jsonl) {
+                     const std::string& path, int64_t offset, bool jsonl, const PrepareOptions& opt) {
+  auto where = [&] { return jsonl ? fmt::format("{}:{}", path, line_number(path, offset)) : path; };
+  // A document that is not text, or that would put the end-of-document id inside
+  // itself, is skipped (or refused with --strict): EOS must only ever separate documents.
+  auto reject = [&](const std::string& why) {
+    if (opt.strict)
+      throw DataError(fmt::format("{}: {}; remove it from the inputs (without --strict it is skipped with a "
+                                  "warning)", where(), why));
+    out.skipped.push_back(fmt::format("{}: {}", where(), why));
+  };
+  if (std::string why = not_text_reason(text, needs_utf8(tok)); !why.empty()) return reject(why);
   const std::vector<int32_t> ids = tok.encode(text);
-  auto& dst = val ? out.val : out.train;
   const int64_t vocab = tok.vocab_size();
+  const int32_t eos = tok.eos_id();
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab)
-      throw DataError(fmt::format("tokenizer '{}' produced id {} (vocabulary {}) for the document at {}{}",
-                                  tok.name(), id, vocab, path,
-                                  jsonl ? fmt::format(":{}", line_number(path, offset)) : ""));
-    dst.push_back(static_cast<T>(id));
+      throw DataError(fmt::format("tokenizer '{}' produced id {} (vocabulary {}) for the document at {}",
+                                  tok.name(), id, vocab, where()));
+    if (id == eos)
+      return reject(fmt::format("its text holds the end-of-document token (id {}) of tokenizer '{}'", eos,
+                                tok.name()));
   }
-  dst.push_back(static_cast<T>(tok.eos_id()));  // EOS after every document
+  auto& dst = val ? out.val : out.train;
+  for (const int32_t id : ids) dst.push_back(static_cast<T>(id));
+  dst.push_back(static_cast<T>(eos));  // EOS after every document
   ++(val ? out.val_docs : out.train_docs);
 }
 
@@ -173,18 +230,22 @@ SplitTokens<T> tokenize_range(const std::vector<InputFile>& files, int64_t lo, i
     if (fend <= lo) continue;
     if (!f.jsonl) {
       if (f.start < lo) continue;  // the document starts in another rank's range
+      errno = 0;
       std::ifstream in(f.path, std::ios::binary);
-      if (!in) throw DataError(fmt::format("cannot read input '{}'", f.path));
+      if (!in) throw DataError(fmt::format("cannot read input '{}': {}", f.path, std::strerror(errno)));
       std::string text(static_cast<size_t>(f.size), '\0');
       in.read(text.data(), f.size);
-      append_document(tok, text, goes_to_val(opt.split_seed, fi, 0, opt.val_fraction), out, f.path, 0, false);
+      if (!in) throw DataError(fmt::format("reading input '{}' failed: {}", f.path, std::strerror(errno)));
+      append_document(tok, text, goes_to_val(opt.split_seed, fi, 0, opt.val_fraction), out, f.path, 0, false,
+                      opt);
       progress.update(out.train_docs + out.val_docs, out.train.size() + out.val.size(), bytes_done(fend));
       continue;
     }
     // JSONL: the lines that start in [a, b) of this file.
     const int64_t a = std::max(lo, f.start) - f.start, b = std::min(hi, fend) - f.start;
+    errno = 0;
     std::ifstream in(f.path, std::ios::binary);
-    if (!in) throw DataError(fmt::format("cannot read input '{}'", f.path));
+    if (!in) throw DataError(fmt::format("cannot read input '{}': {}", f.path, std::strerror(errno)));
     int64_t pos = a;
     if (a > 0) {
       in.seekg(a - 1);
@@ -203,6 +264,13 @@ SplitTokens<T> tokenize_range(const std::vector<InputFile>& files, int64_t lo, i
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;
       std::string text;
+      if (std::string why = not_text_reason(line, true); !why.empty()) {
+        if (opt.strict)
+          throw DataError(fmt::format("{}:{}: {}; remove it from the inputs (without --strict it is skipped with a "
+                                      "warning)", f.path, line_number(f.path, line_start), why));
+        out.skipped.push_back(fmt::format("{}:{}: {}", f.path, line_number(f.path, line_start), why));
+        continue;
+      }
       try {
         const auto j = nlohmann::json::parse(line);
         if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
@@ -215,7 +283,7 @@ SplitTokens<T> tokenize_range(const std::vector<InputFile>& files, int64_t lo, i
       }
       if (text.empty()) continue;
       append_document(tok, text, goes_to_val(opt.split_seed, fi, line_start, opt.val_fraction), out, f.path,
-                      line_start, true);
+                      line_start, true, opt);
       progress.update(out.train_docs + out.val_docs, out.train.size() + out.val.size(),
                       bytes_done(f.start + pos));
     }
@@ -224,14 +292,135 @@ SplitTokens<T> tokenize_range(const std::vector<InputFile>& files, int64_t lo, i
   return out;
 }
 
-// Removes what an earlier run left (index first, so a half-rewritten directory
-// never looks complete), then creates the directory. Rank 0 only.
-void clear_output(const std::string& out_dir) {
-  fs::create_directories(out_dir);
-  fs::remove(fs::path(out_dir) / "index.json");
-  static const std::regex ours(R"((train|val)_\d{5}\.h5(\.tmp)?|\.index\.json\.tmp\.\d+)");
-  for (const auto& e : fs::directory_iterator(out_dir))
-    if (std::regex_match(e.path().filename().string(), ours)) fs::remove(e.path());
+// ---- the output directory -----------------------------------------------------
+// The new data is written into a temporary directory beside out_dir and swapped in
+// only when it is complete and has been read back: a run that fails (bad input,
+// full disk, a killed rank) leaves an earlier data directory as it was.
+
+// What llmtrain-prepare puts in a data directory (and its temporary names).
+bool is_our_file(const std::string& name) {
+  static const std::regex ours(R"(index\.json|(train|val)_\d{5}\.h5(\.tmp)?|\.index\.json\.tmp\.\d+)");
+  return std::regex_match(name, ours);
+}
+
+struct Staging {
+  fs::path target;  // out_dir
+  fs::path temp;    // <parent>/.<name>.prepare-<pid>: written first, renamed to target at the end
+};
+
+// Rank 0, before any input is read: checks out_dir and creates the temporary
+// directory, so an unwritable location fails at once, naming the path and the
+// OS's reason. An existing data directory is replaced only with --overwrite, and
+// a directory that holds anything else never.
+Staging begin_output(const PrepareOptions& opt) {
+  fs::path target = fs::path(opt.out_dir).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();  // "data/x/" -> "data/x"
+  const std::string name = target.filename().string();
+  if (name.empty() || name == "." || name == "..")
+    throw DataError(fmt::format("--out_dir '{}' must name a directory to create, not '{}'", opt.out_dir, name));
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw DataError(fmt::format("cannot create '{}' (for --out_dir '{}'): {}", parent.string(), opt.out_dir,
+                                      ec.message()));
+  const auto st = fs::symlink_status(target, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw DataError(fmt::format("cannot access --out_dir '{}': {}", target.string(), ec.message()));
+  if (fs::is_symlink(st))  // renaming the link would not replace what it points to
+    throw DataError(fmt::format("--out_dir '{}' is a symbolic link; give the directory itself ('{}')",
+                                target.string(), fs::weakly_canonical(target, ec).string()));
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st))
+      throw DataError(fmt::format("--out_dir '{}' exists and is not a directory", target.string()));
+    std::string foreign;
+    bool empty = true;
+    for (const auto& e : fs::directory_iterator(target, ec)) {
+      empty = false;
+      if (!is_our_file(e.path().filename().string())) {
+        foreign = e.path().filename().string();
+        break;
+      }
+    }
+    if (ec) throw DataError(fmt::format("cannot list --out_dir '{}': {}", target.string(), ec.message()));
+    if (!foreign.empty())
+      throw DataError(fmt::format("--out_dir '{}' is not empty and is not a data directory made by llmtrain-prepare "
+                                  "(it holds '{}'); refusing to replace it: choose another --out_dir",
+                                  target.string(), foreign));
+    if (!empty && !opt.overwrite)
+      throw DataError(fmt::format("--out_dir '{}' already holds a data directory; llmtrain-prepare replaces it only "
+                                  "with --overwrite (and only once the new data is complete and checked)",
+                                  target.string()));
+  }
+  Staging s{target, parent / fmt::format(".{}.prepare-{}", name, static_cast<long>(::getpid()))};
+  fs::remove_all(s.temp, ec);  // a leftover of a killed run with the same pid
+  if (!fs::create_directory(s.temp, ec) || ec)
+    throw DataError(fmt::format("cannot write the output beside --out_dir '{}': creating '{}' failed: {}",
+                                target.string(), s.temp.string(), ec ? ec.message() : "it already exists"));
+  return s;
+}
+
+// Rank 0, after everything is written: reads the new directory back (the index
+// and every shard's header against it), then swaps it in with renames on the same
+// file system: the old directory aside, the new one in, the old one removed.
+void commit_output(const Staging& s) {
+  read_data_index(s.temp.string());
+  fsync_path(s.temp);
+  std::error_code ec;
+  const bool replace = fs::exists(fs::symlink_status(s.target, ec));
+  const fs::path old = s.target.parent_path().empty()
+                           ? fs::path(fmt::format(".{}.old-{}", s.target.filename().string(), ::getpid()))
+                           : s.target.parent_path() /
+                                 fmt::format(".{}.old-{}", s.target.filename().string(), ::getpid());
+  if (replace) {
+    fs::remove_all(old, ec);
+    if (std::rename(s.target.c_str(), old.c_str()) != 0)
+      throw DataError(fmt::format("cannot move the old '{}' aside to '{}': {}", s.target.string(), old.string(),
+                                  std::strerror(errno)));
+  }
+  if (std::rename(s.temp.c_str(), s.target.c_str()) != 0) {
+    const int err = errno;
+    if (replace) std::rename(old.c_str(), s.target.c_str());  // put the old data back
+    throw DataError(fmt::format("cannot rename '{}' to '{}': {}", s.temp.string(), s.target.string(),
+                                std::strerror(err)));
+  }
+  fsync_path(s.target.has_parent_path() ? s.target.parent_path() : fs::path("."));
+  if (replace) {
+    fs::remove_all(old, ec);
+    if (ec) log::warn("the new data is in '{}', but removing the old copy '{}' failed: {}", s.target.string(),
+                      old.string(), ec.message());
+  }
+}
+
+// Every rank's skipped documents, printed by rank 0 in input (= rank) order with
+// their count. Collective.
+int64_t report_skipped(MPI_Comm comm, const std::vector<std::string>& mine) {
+  int rank = 0, world = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &world));
+  std::string text;
+  for (const auto& m : mine) text += m + "\n";
+  int len = static_cast<int>(text.size());
+  std::vector<int> lens(static_cast<size_t>(world)), offs(static_cast<size_t>(world), 0);
+  MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm));
+  std::string all;
+  if (rank == 0) {
+    for (int r = 1; r < world; ++r) offs[r] = offs[r - 1] + lens[r - 1];
+    all.resize(static_cast<size_t>(offs.back() + lens.back()));
+  }
+  MPI_CHECK(MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, 0, comm));
+  int64_t n = static_cast<int64_t>(mine.size()), total = 0;
+  MPI_CHECK(MPI_Allreduce(&n, &total, 1, MPI_INT64_T, MPI_SUM, comm));
+  if (rank == 0 && total > 0) {
+    size_t a = 0;
+    while (a < all.size()) {
+      const size_t b = all.find('\n', a);
+      log::warn("skipped {}", all.substr(a, b - a));
+      a = b + 1;
+    }
+    log::warn("skipped {} input document(s) that are not text or hold the end-of-document token (see above); "
+              "--strict refuses them instead", total);
+  }
+  return total;
 }
 
 // A DataError on some ranks becomes the same DataError on every rank (the lowest
@@ -268,9 +457,18 @@ auto collectively(MPI_Comm comm, Fn&& fn) -> decltype(fn()) {
   return value;
 }
 
+// Rank 0's `s` on every rank of `comm`.
+std::string broadcast_string(MPI_Comm comm, std::string s) {
+  int len = static_cast<int>(s.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
+  s.resize(static_cast<size_t>(len));
+  MPI_CHECK(MPI_Bcast(s.data(), len, MPI_CHAR, 0, comm));
+  return s;
+}
+
 template <typename T>
-PrepareResult write_all(MPI_Comm comm, const PrepareOptions& opt, SplitTokens<T>& tokens, const ShardMeta& meta,
-                        const std::vector<std::string>& sources, bool nanogpt) {
+PrepareResult write_all(MPI_Comm comm, const PrepareOptions& opt, const std::string& dir, SplitTokens<T>& tokens,
+                        const ShardMeta& meta, const std::vector<std::string>& sources, bool nanogpt) {
   int rank = 0, world = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &world));
@@ -281,7 +479,7 @@ PrepareResult write_all(MPI_Comm comm, const PrepareOptions& opt, SplitTokens<T>
   if (rank == 0) std::fill(offset, offset + 4, 0);  // MPI_Exscan leaves rank 0's result undefined
   MPI_CHECK(MPI_Allreduce(local, total, 4, MPI_INT64_T, MPI_SUM, comm));
   if (total[0] == 0)
-    throw DataError(fmt::format("empty input: no tokens for the train split from {} (no non-empty documents)",
+    throw DataError(fmt::format("empty input: no tokens for the train split from {} (no non-empty text documents)",
                                 fmt::join(sources, ", ")));
   if (total[1] == 0 && nanogpt)
     throw DataError(fmt::format("nanoGPT import from '{}': val.bin holds no tokens", opt.from_nanogpt));
@@ -299,18 +497,15 @@ PrepareResult write_all(MPI_Comm comm, const PrepareOptions& opt, SplitTokens<T>
   index.train_documents = total[2];
   index.val_documents = total[3];
   const auto train_counts =
-      write_split_shards(comm, opt.out_dir, "train", tokens.train, offset[0], total[0], opt.shard_tokens, meta);
+      write_split_shards(comm, dir, "train", tokens.train, offset[0], total[0], opt.shard_tokens, meta);
   std::vector<T>().swap(tokens.train);
   const auto val_counts =
-      write_split_shards(comm, opt.out_dir, "val", tokens.val, offset[1], total[1], opt.shard_tokens, meta);
+      write_split_shards(comm, dir, "val", tokens.val, offset[1], total[1], opt.shard_tokens, meta);
   for (size_t i = 0; i < train_counts.size(); ++i)
     index.train.push_back({shard_file_name("train", i), train_counts[i]});
   for (size_t i = 0; i < val_counts.size(); ++i) index.val.push_back({shard_file_name("val", i), val_counts[i]});
   // index.json last and by rename: it exists only when every shard is complete.
-  if (rank == 0) {
-    write_file_atomic(fs::path(opt.out_dir) / "index.json", data_index_json(index, sources));
-  }
-  MPI_CHECK(MPI_Barrier(comm));
+  if (rank == 0) write_file_atomic(fs::path(dir) / "index.json", data_index_json(index, sources));
   PrepareResult r;
   r.train_tokens = total[0];
   r.val_tokens = total[1];
@@ -358,46 +553,66 @@ PrepareResult prepare_data_on(const PrepareOptions& opt, MPI_Comm comm) {
   if (!(opt.val_fraction >= 0.0 && opt.val_fraction < 1.0))
     throw DataError(fmt::format("val_fraction={} must be in [0, 1)", opt.val_fraction));
 
+  // 1. The output location, before any input is read: an unwritable out_dir or
+  //    an existing data directory (without --overwrite) fails at once.
+  Staging staging;
+  collectively(comm, [&] {
+    if (rank == 0) staging = begin_output(opt);
+    return 0;
+  });
+  const std::string temp = broadcast_string(comm, staging.temp.string());
+
   PrepareResult result;
-  if (!opt.from_nanogpt.empty()) {
-    if (!opt.inputs.empty())
-      throw DataError("give either text inputs or --from_nanogpt, not both");
-    if (opt.vocab_size <= 0 || opt.vocab_size > 65536)
-      throw DataError(fmt::format("--from_nanogpt needs --vocab_size in [1, 65536] (the .bin files hold uint16 "
-                                  "ids), got {}", opt.vocab_size));
-    auto tokens = collectively(comm, [&] {
-      SplitTokens<uint16_t> t;
-      int64_t train_off = 0, val_off = 0;
-      t.train = read_bin_slice((fs::path(opt.from_nanogpt) / "train.bin").string(), rank, world, opt.vocab_size,
-                               &train_off);
-      t.val = read_bin_slice((fs::path(opt.from_nanogpt) / "val.bin").string(), rank, world, opt.vocab_size,
-                             &val_off);
-      return t;
-    });
-    if (rank == 0) clear_output(opt.out_dir);
-    MPI_CHECK(MPI_Barrier(comm));
-    // Document counts are unknown for a raw token stream (0 in the index); so is EOS.
-    ShardMeta meta{opt.vocab_size, -1, opt.tokenizer_name, "", "uint16"};
-    result = write_all(comm, opt, tokens, meta, {opt.from_nanogpt}, true);
-  } else {
-    if (opt.inputs.empty()) throw DataError("prepare: no inputs given (text files, directories or JSONL)");
-    const auto tok = make_tokenizer(opt.tokenizer);
-    const auto files = collectively(comm, [&] { return list_inputs(opt.inputs, opt.extensions); });
-    int64_t bytes = 0;
-    for (const auto& f : files) bytes += f.size;
-    const int64_t lo = bytes * rank / world, hi = bytes * (rank + 1) / world;
-    Progress progress(opt.progress && rank == 0, hi - lo, world);
-    if (rank == 0) clear_output(opt.out_dir);
-    MPI_CHECK(MPI_Barrier(comm));
-    ShardMeta meta{tok->vocab_size(), tok->eos_id(), tok->name(), tok->file_hash(),
-                   tok->vocab_size() <= 65536 ? "uint16" : "uint32"};
-    if (meta.dtype == "uint16") {
-      auto tokens = collectively(comm, [&] { return tokenize_range<uint16_t>(files, lo, hi, *tok, opt, progress); });
-      result = write_all(comm, opt, tokens, meta, opt.inputs, false);
+  try {
+    // 2. Tokens -> shards and index.json in the temporary directory.
+    if (!opt.from_nanogpt.empty()) {
+      if (!opt.inputs.empty()) throw DataError("give either text inputs or --from_nanogpt, not both");
+      if (opt.vocab_size <= 0 || opt.vocab_size > 65536)
+        throw DataError(fmt::format("--from_nanogpt needs --vocab_size in [1, 65536] (the .bin files hold uint16 "
+                                    "ids), got {}", opt.vocab_size));
+      auto tokens = collectively(comm, [&] {
+        SplitTokens<uint16_t> t;
+        int64_t train_off = 0, val_off = 0;
+        t.train = read_bin_slice((fs::path(opt.from_nanogpt) / "train.bin").string(), rank, world, opt.vocab_size,
+                                 &train_off);
+        t.val = read_bin_slice((fs::path(opt.from_nanogpt) / "val.bin").string(), rank, world, opt.vocab_size,
+                               &val_off);
+        return t;
+      });
+      // Document counts are unknown for a raw token stream (0 in the index); so is EOS.
+      ShardMeta meta{opt.vocab_size, -1, opt.tokenizer_name, "", "uint16"};
+      result = write_all(comm, opt, temp, tokens, meta, {opt.from_nanogpt}, true);
     } else {
-      auto tokens = collectively(comm, [&] { return tokenize_range<uint32_t>(files, lo, hi, *tok, opt, progress); });
-      result = write_all(comm, opt, tokens, meta, opt.inputs, false);
+      if (opt.inputs.empty()) throw DataError("prepare: no inputs given (text files, directories or JSONL)");
+      const auto tok = make_tokenizer(opt.tokenizer);
+      const auto files = collectively(comm, [&] { return list_inputs(opt.inputs, opt.extensions); });
+      int64_t bytes = 0;
+      for (const auto& f : files) bytes += f.size;
+      const int64_t lo = bytes * rank / world, hi = bytes * (rank + 1) / world;
+      Progress progress(opt.progress && rank == 0, hi - lo, world);
+      ShardMeta meta{tok->vocab_size(), tok->eos_id(), tok->name(), tok->file_hash(),
+                     tok->vocab_size() <= 65536 ? "uint16" : "uint32"};
+      auto run = [&](auto tag) {
+        using T = decltype(tag);
+        auto tokens = collectively(comm, [&] { return tokenize_range<T>(files, lo, hi, *tok, opt, progress); });
+        const int64_t skipped = report_skipped(comm, tokens.skipped);
+        result = write_all(comm, opt, temp, tokens, meta, opt.inputs, false);
+        result.skipped_documents = skipped;
+      };
+      if (meta.dtype == "uint16") run(uint16_t{}); else run(uint32_t{});
     }
+    // 3. Read back and checked, then swapped in (rank 0).
+    collectively(comm, [&] {
+      if (rank == 0) commit_output(staging);
+      return 0;
+    });
+  } catch (...) {
+    // A DataError reaches every rank (collectively); an I/O or MPI error may be
+    // on this rank alone, and the job then ends (run_main aborts every rank).
+    // Either way the partial output goes, and an earlier out_dir stays as it was.
+    std::error_code ec;
+    fs::remove_all(temp, ec);
+    throw;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;

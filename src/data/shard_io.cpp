@@ -1,13 +1,20 @@
 // HDF5 token shards: headers and the collective shard writer (docs/data-format.md).
 #include "data/shard_io.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/data/hdf5_mutex.hpp"
 
@@ -88,9 +95,18 @@ void write_string_attr(hid_t obj, const char* name, const std::string& v) {
 
 H5Id open_shard_file(const std::string& path, MPI_Comm comm) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  if (!fs::is_regular_file(path))
+  // The OS's reason first (EACCES, EIO, ...): HDF5 would only say "unable to open".
+  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    ::close(fd);
+  } else if (errno == ENOENT) {
     throw DataError(fmt::format("shard '{}' is missing (listed in the data directory's index.json); "
                                 "re-run llmtrain-prepare", path));
+  } else {
+    throw DataError(fmt::format("cannot read shard '{}': {}", path, std::strerror(errno)));
+  }
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw DataError(fmt::format("shard '{}' is not a regular file", path));
   const htri_t is_h5 = H5Fis_hdf5(path.c_str());
   if (is_h5 <= 0)
     throw DataError(fmt::format("shard '{}' is not a readable HDF5 file (truncated or not written by "
@@ -172,7 +188,13 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     H5Id fcpl(H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
     H5_CHECK(H5Pset_obj_track_times(fcpl, false));
     H5Id fapl = make_mpio_fapl(comm);
-    H5Id file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl)), H5Fclose);
+    // Closed by hand below, with its error checked (the last data and metadata
+    // reach the disk there: a full disk shows up at this close); closed without a
+    // check only when an exception leaves early.
+    struct FileGuard {
+      hid_t id;
+      ~FileGuard() { if (id >= 0) H5Fclose(id); }
+    } file{H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl))};
     const hsize_t dims = static_cast<hsize_t>(n);
     H5Id fspace(H5_CHECK(H5Screate_simple(1, &dims, nullptr)), H5Sclose);
     // Contiguous + early allocation: a window is one contiguous byte range on disk,
@@ -182,7 +204,7 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
     H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
     H5_CHECK(H5Pset_obj_track_times(dcpl, false));
-    H5Id dset(H5_CHECK(H5Dcreate2(file, kTokensDataset, file_type, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)),
+    H5Id dset(H5_CHECK(H5Dcreate2(file.id, kTokensDataset, file_type, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)),
               H5Dclose);
     // Attributes are metadata: every rank of `comm` writes the same values.
     write_int_attr(dset, "format_version", kFormatVersion);
@@ -206,14 +228,22 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
       H5_CHECK(H5Dwrite(dset, mem_type, mspace, sel, H5P_DEFAULT, local.data() + (p - local_begin)));
     }
     dset.reset();
-    file.reset();  // collective close: every rank's data is on disk after this
+    const hid_t id = std::exchange(file.id, -1);
+    H5_CHECK(H5Fclose(id));  // collective: every rank's data is written after this
     counts.push_back(n);
     names.push_back(name);
   }
   MPI_CHECK(MPI_Barrier(comm));
-  if (rank == 0)
-    for (const auto& name : names)
-      fs::rename(fs::path(out_dir) / (name + ".tmp"), fs::path(out_dir) / name);
+  if (rank == 0) {
+    // On disk before their final names appear (core/atomic_file.hpp's rule).
+    for (const auto& name : names) {
+      const fs::path tmp = fs::path(out_dir) / (name + ".tmp"), dst = fs::path(out_dir) / name;
+      fsync_path(tmp);
+      if (std::rename(tmp.c_str(), dst.c_str()) != 0)
+        throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp.string(), dst.string(), std::strerror(errno)));
+    }
+    fsync_path(out_dir);
+  }
   MPI_CHECK(MPI_Barrier(comm));
   return counts;
 }

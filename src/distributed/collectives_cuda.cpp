@@ -16,6 +16,7 @@
 #include "distributed/raw_nccl.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/runtime.hpp"
+#include "llmtrain/distributed/watchdog.hpp"
 
 namespace llmtrain {
 
@@ -50,14 +51,21 @@ class NcclWork final : public CommWork {
 class NcclCollectives final : public Collectives {
  public:
   NcclCollectives(const Runtime& rt, torch::Device device)
-      : rank_(rt.rank()), world_(rt.world_size()), device_(device.index()),
+      : watchdog_(rt.watchdog()), rank_(rt.rank()), world_(rt.world_size()), device_(device.index()),
         comm_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index())) {
     c10::cuda::CUDAGuard guard(device_);
     nccl::UniqueId id{};
     if (rank_ == 0) id = nccl::make_unique_id();
     MPI_CHECK(MPI_Bcast(id.bytes, sizeof(id.bytes), MPI_BYTE, 0, MPI_COMM_WORLD));
     comm_ = std::make_unique<nccl::Comm>(id, rank_, world_);
+    // NCCL has no timeout of its own: a kernel waiting for a peer that never
+    // comes waits forever. The watchdog polls the communicator's asynchronous
+    // error and, when it ends the job (an error, or a rank that stopped
+    // arriving), aborts the communicator first.
+    nccl::Comm* c = comm_.get();
+    check_id_ = watchdog_.add_check([c] { return c->async_error(); }, [c] { c->abort(); });
   }
+  ~NcclCollectives() override { watchdog_.remove_check(check_id_); }
 
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }
@@ -127,6 +135,8 @@ class NcclCollectives final : public Collectives {
     return std::make_unique<NcclWork>(done, device_);
   }
 
+  Watchdog& watchdog_;
+  int check_id_ = -1;
   int rank_, world_;
   c10::DeviceIndex device_;
   c10::cuda::CUDAStream comm_stream_;

@@ -101,10 +101,27 @@ Comm::Comm(const UniqueId& id, int rank, int world_size) {
   ncclComm_t c = nullptr;
   RAW_NCCL(ncclCommInitRank(&c, world_size, nid, rank));
   comm_ = c;
+  rank_ = rank;
 }
 
 Comm::~Comm() {
-  if (comm_) ncclCommDestroy(cm(comm_));
+  if (void* c = aborted_.load() ? nullptr : comm_) ncclCommDestroy(cm(c));
+}
+
+std::string Comm::async_error() const {
+  if (!comm_ || aborted_.load()) return "";
+  ncclResult_t err = ncclSuccess;
+  const ncclResult_t rc = ncclCommGetAsyncError(cm(comm_), &err);
+  if (rc != ncclSuccess) return fmt::format("ncclCommGetAsyncError failed: {}", ncclGetErrorString(rc));
+  // ncclInProgress: a nonblocking call is still running, not an error.
+  if (err == ncclSuccess || err == ncclInProgress) return "";
+  return fmt::format("NCCL reported an asynchronous error on rank {}'s communicator: {} ({})", rank_,
+                     ncclGetErrorString(err), static_cast<int>(err));
+}
+
+void Comm::abort() {
+  if (!comm_ || aborted_.exchange(true)) return;
+  ncclCommAbort(cm(comm_));
 }
 
 void Comm::allreduce_sum(void* buf, size_t count, DType t, Stream s) {

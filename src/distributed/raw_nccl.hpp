@@ -3,6 +3,7 @@
 // is found, so CPU-only CI compiles and links the NCCL path; the torch-facing
 // NcclCollectives (collectives_cuda.cpp) sits on top in CUDA builds.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <string>
 
@@ -50,8 +51,17 @@ class Comm {
   // in: send_count elements; out: world * send_count.
   void all_gather(const void* in, void* out, size_t send_count, DType t, Stream s);
 
+  // ncclCommGetAsyncError (safe from another thread): "" while healthy, else
+  // NCCL's error string (a peer died, a network error, ...).
+  std::string async_error() const;
+  // ncclCommAbort: ends every operation on the communicator so no kernel waits
+  // forever (the watchdog's last step before MPI_Abort). The communicator is gone after it.
+  void abort();
+
  private:
   void* comm_ = nullptr;  // ncclComm_t
+  int rank_ = 0;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace llmtrain::nccl

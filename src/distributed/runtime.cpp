@@ -21,6 +21,7 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
 #include "distributed/failure_listener.hpp"
+#include "llmtrain/distributed/watchdog.hpp"
 
 namespace llmtrain {
 
@@ -85,13 +86,17 @@ Runtime::Runtime(int& argc, char**& argv) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   hostname_ = host;
+  watchdog_ = std::make_unique<Watchdog>(rank_, world_size_, provided >= MPI_THREAD_MULTIPLE);
 
   const std::string launch = check_launch(world_size_, [](const char* k) { return std::getenv(k); });
   if (!launch.empty()) throw Error(launch);
   listener_ = std::make_unique<FailureListener>(rank_);
+  // A watchdog timeout is a failure like any other: into the run log before the abort.
+  watchdog_->set_before_abort([this](const std::string& message) { report_failure(message); });
 }
 
 Runtime::~Runtime() {
+  if (watchdog_) watchdog_->stop();  // says goodbye to the other ranks while MPI still works
   listener_.reset();  // before MPI_Finalize
   int fin = 0;
   MPI_Finalized(&fin);

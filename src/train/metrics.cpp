@@ -123,8 +123,10 @@ nlohmann::json IterationMetrics::to_json() const {
   if (std::isfinite(loss)) j["loss"] = loss;  // a bad step's NaN is absent (JSON has no NaN); bad_step says why
   j["lr"] = lr;
   j["dt_ms"] = dt_ms;
-  // A failed self-check withholds the figure: it is in errors[], not a result.
-  j["mfu"] = (mfu && errors.empty()) ? nlohmann::json(*mfu) : nlohmann::json(nullptr);
+  // Unknown figures are left out, never null (docs/run-log.md): a missing peak
+  // leaves out mfu (startup_info.absent_keys says why), and a failed self-check
+  // withholds it (it is in errors[], not a result).
+  if (mfu && errors.empty()) j["mfu"] = *mfu;
   j["tokens_per_sec"] = tokens_per_sec;
   j["achieved_tflops"] = achieved_tflops;
   j["memory_allocated_gb"] = memory.allocated_gb;
@@ -294,7 +296,7 @@ nlohmann::json summarize_records(const nlohmann::json& records, int64_t warmup_i
   // Time-weighted: total tokens (FLOPs) over total time, not a mean of ratios.
   s["tokens_per_sec"] = sum_dt > 0 ? sum_tokens / (sum_dt / 1e3) : 0.0;
   s["achieved_tflops"] = sum_dt > 0 ? sum_flop_ms / sum_dt : 0.0;
-  s["mfu"] = (mfu_known && mfu_dt > 0) ? nlohmann::json(sum_mfu_ms / mfu_dt) : nlohmann::json(nullptr);
+  if (mfu_known && mfu_dt > 0) s["mfu"] = sum_mfu_ms / mfu_dt;  // absent when unknown, never null
   for (int p = 0; p < kNumPhases; ++p) s[std::string("mean_") + phase_name(static_cast<Phase>(p))] = phase_sum[p] / cnt;
   s["mean_other_ms"] = phase_sum[kNumPhases] / cnt;
   s["memory_peak_gb"] = peak_mem;

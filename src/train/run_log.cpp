@@ -77,9 +77,7 @@ nlohmann::json library_versions() {
   v["llmtrain"] = LLMTRAIN_VERSION;
   v["libtorch"] = TORCH_VERSION;
   // The CUDA and cuDNN this LibTorch was built with (its CUDA hooks answer
-  // without a GPU), and the cuDNN it loads at run time.
-  v["torch_cuda"] = nullptr;
-  v["cudnn"] = nullptr;
+  // without a GPU), and the cuDNN it loads at run time. Unknown -> absent.
   const auto& hooks = at::detail::getCUDAHooks();
   if (hooks.isBuilt()) {
     try {
@@ -104,12 +102,9 @@ nlohmann::json library_versions() {
   if (ncclGetVersion(&nccl) == ncclSuccess) {
     // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
     v["nccl"] = fmt::format("{}.{}.{}", nccl / 10000, (nccl / 100) % 100, nccl % 100);
-  } else {
-    v["nccl"] = nullptr;
   }
-#else
-  v["nccl"] = nullptr;  // not built: CPU builds reduce gradients over MPI
 #endif
+  // Not built (CPU builds reduce gradients over MPI) or unreadable: absent.
   return v;
 }
 
@@ -141,16 +136,25 @@ nlohmann::json make_startup_info(const Config& config, const ModelConfig& model,
   cfg["device_names"] = env.device_names;
   cfg["device_name"] = env.device_names.empty() ? std::string() : env.device_names.front();
   cfg["threads_per_rank"] = env.threads_per_rank;
-  cfg["torch_version"] = versions["libtorch"];
-  cfg["torch_cuda_version"] = versions["torch_cuda"];
-  cfg["cudnn_version"] = versions["cudnn"];
+  // Unknown values are left out, never null (scripts read .get(key, default) and
+  // format numbers); absent_keys says once why each one is missing.
+  nlohmann::json absent = nlohmann::json::object();
+  auto version = [&](const char* run_log_key, const char* versions_key, const char* why) {
+    if (versions.contains(versions_key))
+      cfg[run_log_key] = versions[versions_key];
+    else
+      absent[fmt::format("startup_info.config.{}", run_log_key)] = why;
+  };
+  version("torch_version", "libtorch", "unknown");
+  version("torch_cuda_version", "torch_cuda", "this LibTorch was built without CUDA");
+  version("cudnn_version", "cudnn", "this LibTorch has no cuDNN");
   cfg["cpu_math"] = versions["cpu_math"];
   cfg["attention_kernel"] = env.attention_kernel;
   cfg["precision"] = env.precision;
-  cfg["mpi_version"] = versions["mpi"];
-  cfg["nccl_version"] = versions["nccl"];
-  cfg["hdf5_version"] = versions["hdf5"];
-  cfg["llmtrain_version"] = versions["llmtrain"];
+  version("mpi_version", "mpi", "unknown");
+  version("nccl_version", "nccl", "this llmtrain was built without NCCL (gradients are reduced over MPI)");
+  version("hdf5_version", "hdf5", "unknown");
+  version("llmtrain_version", "llmtrain", "unknown");
   info["config"] = std::move(cfg);
 
   nlohmann::json m;
@@ -177,11 +181,14 @@ nlohmann::json make_startup_info(const Config& config, const ModelConfig& model,
     mfu["tokens_per_sec_at_50pct_mfu"] =
         metrics.flops_per_token > 0 ? 0.5 * total * 1e12 / metrics.flops_per_token : 0.0;
   } else {
-    mfu["peak_tflops_per_device"] = nullptr;
-    mfu["peak_tflops_total"] = nullptr;
-    mfu["tokens_per_sec_at_50pct_mfu"] = nullptr;
+    const std::string why = fmt::format("MFU needs the device's dense peak, which is {}", metrics.peak.source);
+    for (const char* k : {"startup_info.mfu.peak_tflops_per_device", "startup_info.mfu.peak_tflops_total",
+                          "startup_info.mfu.tokens_per_sec_at_50pct_mfu", "training_iterations[].mfu",
+                          "summary.mfu"})
+      absent[k] = why;
   }
   info["mfu"] = std::move(mfu);
+  info["absent_keys"] = std::move(absent);
   info["start_time"] = local_time("%Y-%m-%dT%H:%M:%S%z");
   return info;
 }

@@ -156,15 +156,12 @@ nlohmann::json scaling_efficiency(const std::vector<RunSummary>& runs) {
                        : 0.0;
     const double dt = sum_num(r.summary, "mean_dt_ms");
     // Strong scaling: the same global batch split over more devices.
+    // Not comparable -> the key is absent (never null), as in the run log.
     if (r.tokens_per_iter == base.tokens_per_iter && dt > 0)
       e["strong_efficiency"] = (base_dt * base.world_size) / (dt * r.world_size);
-    else
-      e["strong_efficiency"] = nullptr;
     // Weak scaling: the same work per device.
     if (static_cast<double>(r.tokens_per_iter) / r.world_size == base_tpi_dev && base_tpd > 0)
       e["weak_efficiency"] = sum_num(r.summary, "tokens_per_sec_per_device") / base_tpd;
-    else
-      e["weak_efficiency"] = nullptr;
     out.push_back(std::move(e));
   }
   return out;
@@ -182,12 +179,13 @@ std::string format_scaling_table(const std::vector<RunSummary>& runs) {
       "config", "GPUs", "tok/iter", "tokens/s", "speedup", "strong %", "weak %");
   for (size_t i : order) {
     const auto& e = eff[i];
-    auto pct = [](const nlohmann::json& v) {
-      return v.is_number() ? fmt::format("{:.1f}", 100.0 * v.get<double>()) : std::string("n/a");
+    auto pct = [&e](const char* key) {
+      const auto it = e.find(key);
+      return it != e.end() && it->is_number() ? fmt::format("{:.1f}", 100.0 * it->get<double>()) : std::string("n/a");
     };
     s += fmt::format("{:<44} {:>5} {:>10} {:>12.0f} {:>8.2f} {:>10} {:>8}\n", runs[i].label, runs[i].world_size,
                      runs[i].tokens_per_iter, e["tokens_per_sec"].get<double>(), e["speedup"].get<double>(),
-                     pct(e["strong_efficiency"]), pct(e["weak_efficiency"]));
+                     pct("strong_efficiency"), pct("weak_efficiency"));
   }
   return s;
 }

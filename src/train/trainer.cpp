@@ -21,6 +21,7 @@
 #include "llmtrain/distributed/collectives.hpp"    // defines: Collectives, make_collectives
 #include "llmtrain/distributed/runtime.hpp"        // defines: Runtime (rank, device)
 #include "llmtrain/distributed/strategy.hpp"       // defines: Strategy (DDP / ZeRO-1 / FSDP), make_strategy
+#include "llmtrain/distributed/watchdog.hpp"       // defines: Watchdog (a stalled rank ends the job)
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
 #include "llmtrain/train/checkpoint.hpp"    // defines: Checkpointer, TrainState (HDF5 checkpoints, resume)
 #include "llmtrain/train/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
@@ -91,6 +92,9 @@ struct Trainer::Impl {
   }();
 
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(c) {
+    // 0. the watchdog: from here on a rank that stops arriving ends the job
+    rt.watchdog().start(WatchdogOptions::from_config(cfg));
+    rt.watchdog().activity("start-up");
     // 1. device and precision
     device = rt.setup_device(cfg.device, cfg.num_threads);
     dtype = compute_dtype(cfg.dtype, device);
@@ -100,6 +104,7 @@ struct Trainer::Impl {
     //    the shards before anything large is allocated
     data = read_data_info(cfg.data_dir);
     train_loader = std::make_unique<TokenLoader>(LoaderOptions::from_config(cfg), rt, "train", device, /*stream=*/0);
+    check_split_at_startup("val");  // now, not at the first evaluation after training work
     // 3. model, initialized identically on every rank from the seed
     mcfg = ModelConfig::from_config(cfg, data.vocab_size);
     if (mcfg.vocab_size < data.vocab_size)
@@ -208,6 +213,7 @@ struct Trainer::Impl {
     const std::string dir_latest = checkpointer->latest_path();
     if (last_saved_iteration == state.iteration && !dir_latest.empty()) return dir_latest;
     state.loss_scaler = scaler.state();
+    rt.watchdog().activity(fmt::format("checkpoint save after iteration {} ({})", state.iteration, why));
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = checkpointer->save(ckpt_params, *strategy, state, cfg.to_json());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -215,6 +221,14 @@ struct Trainer::Impl {
     run_log->add_checkpoint({{"iter", state.iteration}, {"path", path}, {"reason", why}, {"seconds", seconds}});
     log::info("checkpoint {} ({}, {:.2f} s)", path, why, seconds);
     return path;
+  }
+
+  // A split that cannot give one window of block_size + 1 tokens (empty, or
+  // shards too short) fails here with the loader's message.
+  void check_split_at_startup(const std::string& split) {
+    LoaderOptions o = LoaderOptions::from_config(cfg);
+    o.num_workers = 0;  // checking only
+    TokenLoader check(o, rt, split, device, /*stream=*/1);
   }
 
   // Mean of a per-rank scalar over all ranks (the run's collectives, on its device).
@@ -227,6 +241,7 @@ struct Trainer::Impl {
   // The stop signal seen by any rank (0 = none; SIGTERM wins over SIGUSR1): all
   // ranks stop after the same iteration.
   int stop_signal_any_rank() {
+    rt.watchdog().activity("stop-signal check (allreduce)");
     const int mine = Runtime::stop_signal();
     auto t = torch::tensor({mine == SIGUSR1 ? 1.0 : 0.0, mine == SIGTERM ? 1.0 : 0.0},
                            torch::TensorOptions().dtype(torch::kDouble))
@@ -254,18 +269,24 @@ struct Trainer::Impl {
     const int64_t n = cfg.eval_iters * cfg.gradient_accumulation_steps;
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
+      rt.watchdog().activity(fmt::format("evaluation of {}: batch {}/{}", split, i + 1, n));
       Batch b = loader.next();
       AutocastGuard autocast(device, dtype);
       sum += model->loss(b.x, b.y).item<double>();
     }
     model->train();
-    return mean_over_ranks(sum / static_cast<double>(n));
+    rt.watchdog().activity(fmt::format("evaluation of {}: loss allreduce", split));
+    const double mean = mean_over_ranks(sum / static_cast<double>(n));
+    rt.watchdog().activity(fmt::format("after the evaluation of {}: run log, checkpoint", split));
+    return mean;
   }
 
   // ---- TRAINING STEP BEGIN ----
   // One iteration: accumulate micro-batches, reduce, clip, step. The window
   // between start_iter and end_iter is bounded by device synchronizations.
   IterationMetrics train_step(int64_t iter) {
+    rt.watchdog().iteration_begin(iter);
+    rt.watchdog().activity(fmt::format("iteration {}: data, forward/backward", iter));
     if (inject_fail.first == rt.rank() && inject_fail.second == iter)
       throw Error(fmt::format("injected failure at iteration {} (LLMTRAIN_TEST_FAIL_AT)", iter));
     if (iter_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(iter_sleep_ms));
@@ -294,6 +315,7 @@ struct Trainer::Impl {
       loss_sum += loss.detach().to(torch::kFloat);
     }
     charge_exposed_comm(Phase::forward_backward);             // FSDP: gathers not hidden by prefetch
+    rt.watchdog().activity(fmt::format("iteration {}: gradient reduction", iter));
     {
       auto t = metrics->phase(Phase::communication);          // only what did not overlap
       strategy->finish_gradients();                           // gradients now averaged over ranks
@@ -307,6 +329,7 @@ struct Trainer::Impl {
     const double loss = mean_over_ranks(loss_sum.item<double>());  // the same on every rank
     {
       auto t = metrics->phase(Phase::optimizer);
+      rt.watchdog().activity(fmt::format("iteration {}: gradient norm, optimizer step, loss allreduce", iter));
       const double scaled_norm = strategy->grad_norm();       // global, across ranks and shards
       grad_norm = scaled_norm / scale;
       if (cfg.gradient_log_interval > 0 && iter % cfg.gradient_log_interval == 0)
@@ -331,6 +354,8 @@ struct Trainer::Impl {
     charge_exposed_comm(Phase::optimizer);                    // sharded: norm allreduce, parameter gathers
     sync_device(device);
     IterationMetrics it = metrics->end_iter(iter, loss, lr, grad_norm, grad_stats);
+    rt.watchdog().iteration_done(it.dt_ms / 1e3);
+    rt.watchdog().activity(fmt::format("after iteration {}: run log, evaluation, checkpoint", iter));
     if (scaler.enabled()) it.loss_scale = scale;
     it.skipped_step = skipped;
     it.bad_step = bad;
@@ -345,8 +370,17 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const Config& config, Runtime& rt) : impl_(std::make_unique<Impl>(config, rt)) {}
-Trainer::~Trainer() = default;
+Trainer::Trainer(const Config& config, Runtime& rt) {
+  try {
+    impl_ = std::make_unique<Impl>(config, rt);
+  } catch (...) {
+    rt.watchdog().idle();  // a refused start-up is not a stall (tests construct many trainers in one process)
+    throw;
+  }
+}
+Trainer::~Trainer() {
+  if (impl_) impl_->rt.watchdog().idle();
+}
 
 TrainResult Trainer::run() {
   try {
@@ -453,6 +487,7 @@ TrainResult Trainer::run_loop() {
     }
   }
   bar.finish();
+  m.rt.watchdog().activity("end of the run: summary, run log");
   const auto summary = m.metrics->summary(cfg.warmup_report_iters);
   auto s = summary;
   s["bad_steps"] = m.state.bad_steps;
@@ -462,6 +497,7 @@ TrainResult Trainer::run_loop() {
   m.run_log->flush(/*force=*/true);
   result.tokens_per_sec = summary.value("tokens_per_sec", 0.0);
   result.run_log_path = m.run_log->path();
+  m.rt.watchdog().idle();
   return result;
 }
 

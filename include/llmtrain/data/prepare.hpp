@@ -27,19 +27,30 @@ struct PrepareOptions {
   int64_t vocab_size = 0;
   std::string tokenizer_name = "nanogpt";
   bool progress = true;             // progress line on rank 0
+  // An existing data directory at out_dir is replaced (once the new data is
+  // complete and checked) only when this is set; a directory holding anything
+  // but llmtrain-prepare's files never is.
+  bool overwrite = false;
+  // A document that is not text (a NUL byte; ill-formed UTF-8 for the text
+  // tokenizers) or whose text holds the end-of-document token is refused with an
+  // error instead of skipped with a warning.
+  bool strict = false;
 };
 
 struct PrepareResult {
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t train_documents = 0, val_documents = 0;
   int64_t train_shards = 0, val_shards = 0;
+  int64_t skipped_documents = 0;    // not text, or holding the EOS token (warned)
   double seconds = 0.0;
   int world_size = 1;
 };
 
 // Collective over all ranks of `rt`: ranks read and tokenize disjoint documents;
-// the output bytes do not depend on the number of ranks. Throws DataError naming
-// the file (and line for JSONL) on bad input.
+// the output bytes do not depend on the number of ranks. The output is written
+// into a temporary directory beside out_dir and renamed into place only once it
+// is complete and read back. Throws DataError naming the file (and line for
+// JSONL) on bad input, and naming the path and the OS error on unwritable output.
 PrepareResult prepare_data(const PrepareOptions& options, const Runtime& rt);
 
 }  // namespace llmtrain

@@ -11,6 +11,7 @@
 namespace llmtrain {
 
 class FailureListener;
+class Watchdog;
 
 class Runtime {
  public:
@@ -41,6 +42,9 @@ class Runtime {
   std::vector<std::string> all_device_names() const;
 
   void barrier() const;
+  // This rank's watchdog (distributed/watchdog.hpp): started by the trainer with
+  // collective_timeout_s, told what the rank is doing, stopped before MPI_Finalize.
+  Watchdog& watchdog() const { return *watchdog_; }
   // SIGUSR1 (Slurm's warning before the time limit / pre-emption, forwarded by
   // jobs/common.sh) or SIGTERM received by this process: the trainer ends the
   // iteration it is in, writes its run log and stops. 0 when none.
@@ -64,6 +68,7 @@ class Runtime {
   std::string hostname_;
   torch::Device device_{torch::kCPU};
   std::unique_ptr<FailureListener> listener_;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 // Checks that MPI's world size matches the Slurm allocation: SLURM_NTASKS ranks
