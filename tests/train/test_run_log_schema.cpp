@@ -71,8 +71,10 @@ class RealRun : public ::testing::Test {
                           " --tokenizer byte --val_fraction 0.2 --no_progress " + (dir_ / "text" / "docs.jsonl").string());
     prepare_out_ = prep.out;
     if (prep.rc != 0) return;
+    // The console test wants the progress line in file mode, whatever the
+    // caller's environment says (ctest sets LLMTRAIN_PROGRESS=off for the rest).
     const auto train = run(fmt::format(
-        "{}{} {} --data_dir={} --out_dir={} --device=cpu --dtype=float32 --n_layer=2 --n_head=2 --n_embd=32 "
+        "LLMTRAIN_PROGRESS=file {}{} {} --data_dir={} --out_dir={} --device=cpu --dtype=float32 --n_layer=2 --n_head=2 --n_embd=32 "
         "--block_size={} --batch_size={} --gradient_accumulation_steps={} --max_iters={} --eval_interval=4 "
         "--eval_iters=2 --log_interval=2 --gradient_log_interval={} --warmup_iters=2 --lr_decay_iters={} "
         "--warmup_report_iters=2 --num_threads=1",
