@@ -18,9 +18,11 @@ sizes (never downloaded; HF_HUB_OFFLINE=1) and saved with save_pretrained.
       export    eval_only + export_hf copies the imported tensors bit for bit;
                 AutoModelForCausalLM/AutoTokenizer load the exports offline;
                 the trained export gives HF the logits our model gives
-      eval_full llmtrain eval_full on 1 rank and on 2 ranks (FSDP) equals
-                the HF loss over the same windows (1e-5 relative); 1 and 2
-                ranks agree exactly
+      eval_full llmtrain eval_full on 1, 2 (FSDP) and 3 (DDP) ranks equals
+                the HF loss over the same windows (1e-5 relative); the rank
+                counts agree exactly
+      resume    the run's HDF5 checkpoint, init_from=resume + eval_only +
+                export_hf, exports the trained tensors bit for bit
   param_counts  every full preset's `llmtrain --describe` count equals the
                 count transformers gives the equivalent config on the meta device
   tokenizers    our ids = HF tokenizers (Qwen3, LLaMA-3 tokenizer.json) and
@@ -396,6 +398,23 @@ def model_case(kind):
     report["train: transformers eager vs sdpa, params max rel diff"] = floor
     assert worst <= 1e-5, f"{kind}: parameter '{worst_name}' differs by {worst:.3e} relative after 3 steps"
 
+    # 4b. The run's own HDF5 checkpoint (written at its val-improving evaluation,
+    #     iteration 3) loaded with init_from=resume + eval_only exports the same
+    #     tensors bit for bit. resume takes the model keys from the config, so they
+    #     come from the resolved config of the hf:DIR run (--print_config).
+    p = run(mpi(1, llm, f"--init_from=hf:{d_hf}", "--print_config", *common))
+    resolved = [ln for ln in p.stdout.splitlines() if " = " in ln and not ln.startswith(("init_from", "data_dir"))]
+    with open(path("resolved.cfg"), "w") as f:
+        f.write("\n".join(resolved) + "\n")
+    d_res = path("from_resume")
+    run(mpi(1, llm, path("resolved.cfg"), "--init_from=resume", "--out_dir=out_tr", "--eval_only=True",
+            "--eval_iters=1", f"--batch_size={B}", f"--export_hf={d_res}", *common))
+    resumed = load_file(os.path.join(d_res, "model.safetensors"))
+    assert set(resumed) == set(trained), sorted(set(resumed) ^ set(trained))
+    for n in trained:
+        assert torch.equal(resumed[n], trained[n]), f"{kind}: resume + eval_only export changed '{n}'"
+    report["resume + eval_only -> export tensors"] = "bit-identical to the trained export"
+
     # 5. llmtrain -> HF: the trained export gives HF the logits our model gives.
     ours_l, ours_loss = our_forward(d_tr, x, y)
     hf_tr = load_hf(d_tr)
@@ -418,7 +437,7 @@ def model_case(kind):
                                                        reduction="sum").double().item()
     hf_full = total / (W * T)
     fulls = {}
-    for n, extra in ((1, []), (2, ["--use_fsdp=True"])):
+    for n, extra in ((1, []), (2, ["--use_fsdp=True"]), (3, [])):
         out = f"out_full{n}"
         p = run(mpi(n, llm, f"--init_from=hf:{d_hf}", "--eval_only=True", "--eval_full=True", "--eval_iters=1",
                     "--batch_size=5", f"--out_dir={out}", *common, *extra))
@@ -428,11 +447,12 @@ def model_case(kind):
         fulls[n] = e["val_loss"]
     d = abs(fulls[1] - hf_full) / hf_full
     report["eval_full: loss rel diff vs HF"] = d
-    report["eval_full: 1 rank vs 2 ranks"] = "identical" if fulls[1] == fulls[2] else f"{fulls[1]!r} vs {fulls[2]!r}"
-    print(f"{kind} eval_full: ours {fulls[1]!r} (1 rank), {fulls[2]!r} (2 ranks FSDP), HF {hf_full!r}, "
-          f"{W} windows x {T} tokens")
+    same = fulls[1] == fulls[2] == fulls[3]
+    report["eval_full: 1 vs 2 (FSDP) vs 3 (DDP) ranks"] = "identical" if same else repr(fulls)
+    print(f"{kind} eval_full: ours {fulls[1]!r} (1 rank), {fulls[2]!r} (2 ranks FSDP), {fulls[3]!r} (3 ranks DDP), "
+          f"HF {hf_full!r}, {W} windows x {T} tokens")
     assert d <= 1e-5, f"{kind}: eval_full {fulls[1]} vs HF {hf_full} (rel {d:.3e})"
-    assert fulls[1] == fulls[2], f"{kind}: eval_full differs between 1 and 2 ranks: {fulls}"
+    assert same, f"{kind}: eval_full differs between rank counts: {fulls}"
 
     print(f"RESULT {kind}: " + json.dumps({k: (f"{v:.3e}" if isinstance(v, float) else v) for k, v in report.items()}))
 
