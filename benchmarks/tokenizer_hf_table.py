@@ -50,7 +50,7 @@ tok = tokenizers.Tokenizer.from_file(sys.argv[1])
 texts = []
 for _ in range(int(sys.argv[3])):
     for f in sorted(glob.glob(os.path.join(sys.argv[2], "*.txt"))):
-        with open(f, encoding="utf-8") as fh:
+        with open(f, encoding="utf-8", newline="") as fh:
             texts.append(fh.read())
 t1 = time.perf_counter()
 enc = tok.encode_batch(texts, add_special_tokens=False)
@@ -73,7 +73,7 @@ enc = tiktoken.Encoding(name="gpt2_bench", pat_str=j["pat_str"], mergeable_ranks
 texts = []
 for _ in range(int(sys.argv[3])):
     for f in sorted(glob.glob(os.path.join(sys.argv[2], "*.txt"))):
-        with open(f, encoding="utf-8") as fh:
+        with open(f, encoding="utf-8", newline="") as fh:
             texts.append(fh.read())
 t1 = time.perf_counter()
 ids = enc.encode_ordinary_batch(texts, num_threads=2)

@@ -439,14 +439,20 @@ def model_case(kind):
     fulls = {}
     for n, extra in ((1, []), (2, ["--use_fsdp=True"]), (3, [])):
         out = f"out_full{n}"
+        # The FSDP run also exports: the sharded parameters are gathered, rank 0 writes.
+        export = [f"--export_hf={path('fsdp_export')}"] if n == 2 else []
         p = run(mpi(n, llm, f"--init_from=hf:{d_hf}", "--eval_only=True", "--eval_full=True", "--eval_iters=1",
-                    "--batch_size=5", f"--out_dir={out}", *common, *extra))
+                    "--batch_size=5", f"--out_dir={out}", *common, *extra, *export))
         e = run_log(out)["eval_results"][0]
         assert e["eval_full"] is True and e["val_tokens"] == W * T and e["val_windows"] == W, e
         assert f"over {W * T} tokens" in p.stdout, p.stdout
         fulls[n] = e["val_loss"]
     d = abs(fulls[1] - hf_full) / hf_full
     report["eval_full: loss rel diff vs HF"] = d
+    fsdp_export = load_file(path("fsdp_export", "model.safetensors"))
+    assert set(fsdp_export) == set(b) and all(torch.equal(fsdp_export[n], b[n]) for n in b), \
+        f"{kind}: the 2-rank FSDP export differs from the 1-rank one"
+    report["FSDP (2 ranks) eval_only -> export tensors"] = "bit-identical"
     same = fulls[1] == fulls[2] == fulls[3]
     report["eval_full: 1 vs 2 (FSDP) vs 3 (DDP) ranks"] = "identical" if same else repr(fulls)
     print(f"{kind} eval_full: ours {fulls[1]!r} (1 rank), {fulls[2]!r} (2 ranks FSDP), {fulls[3]!r} (3 ranks DDP), "
@@ -534,16 +540,21 @@ def tokenizers_case():
         sys.exit(f"FAILED: test inputs missing under {npm()}: run scripts/fetch-test-inputs.sh")
     inputs = [edge, "lines:" + edge] + sotu
 
+    def read_text(f):
+        # newline="": the bytes as they are (text mode would turn the edge cases' CRLF into LF).
+        with open(f, encoding="utf-8", newline="") as fh:
+            return fh.read()
+
     def texts():
-        edge_text = open(edge, encoding="utf-8").read()
+        edge_text = read_text(edge)
         yield "edge_cases.txt (whole)", edge_text
         for k, line in enumerate(edge_text.split("\n")):
             yield f"edge_cases.txt line {k + 1}", line
         for f in sotu:
-            yield os.path.basename(f), open(f, encoding="utf-8").read()
+            yield os.path.basename(f), read_text(f)
 
     def ours(spec):
-        out = path(f"ours_{spec}.json")
+        out = path("ours_" + "".join(c if c.isalnum() else "_" for c in spec)[-40:] + ".json")
         run([os.path.join(helper_dir, "encode_ids"), spec, out, *inputs])
         ids = json.load(open(out))
         flat = [ids[0]] + ids[1] + ids[2:]
@@ -588,17 +599,18 @@ def tokenizers_case():
         d = path(f"hf_tok_{spec}")
         run([os.path.join(helper_dir, "encode_ids"), "--hf-files", spec, d])
         at = AutoTokenizer.from_pretrained(d)
-        if spec == "llama2":
-            # SentencePiece (and llama-tokenizer-js, our oracle) read "<s>" in text as text.
-            at.backend_tokenizer.encode_special_tokens = True
+        # SentencePiece (and llama-tokenizer-js) read "<s>" in text as text: split_special_tokens
+        # (a per-call option; transformers resets the backend's flag on every call).
+        split = spec == "llama2"
         if spec == "byte":
             ok &= compare(spec, "exported tokenizer files (AutoTokenizer)",
                           lambda s: list(s.encode("utf-8")))
-            ids = at(open(edge, encoding="utf-8").read(), add_special_tokens=False)["input_ids"]
+            ids = at(read_text(edge), add_special_tokens=False)["input_ids"]
             ok &= ids == list(open(edge, "rb").read())
             continue
         ok &= compare(spec, "exported tokenizer files (AutoTokenizer)",
-                      lambda s, at=at: at(s, add_special_tokens=False)["input_ids"])
+                      lambda s, at=at, split=split: at(s, add_special_tokens=False,
+                                                       split_special_tokens=split)["input_ids"])
         if spec == "llama2":
             assert at("Hello")["input_ids"] == [1, 15043], at("Hello")["input_ids"]
     # Our own tokenizer.json reader on the exported GPT-2 file (ByteLevel use_regex=true).
