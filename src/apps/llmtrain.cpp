@@ -7,6 +7,7 @@
 #include "llmtrain/core/config.hpp"   // defines: Config, parse_command_line
 #include "llmtrain/core/log.hpp"      // defines: log::info (rank 0 only)
 #include "llmtrain/distributed/runtime.hpp"  // defines: Runtime, run_main (errors abort every rank)
+#include "llmtrain/model/hf.hpp"      // defines: apply_hf_config (init_from=hf:DIR sets the model keys)
 #include "llmtrain/train/describe.hpp"   // defines: describe_model
 #include "llmtrain/train/run_log.hpp"   // defines: library_versions, format_versions
 #include "llmtrain/train/trainer.hpp"   // defines: Trainer
@@ -14,7 +15,7 @@
 int main(int argc, char** argv) {
   return llmtrain::run_main(argc, argv, [&](llmtrain::Runtime& rt) {
     using namespace llmtrain;
-    const CommandLine cl = parse_command_line(argc, argv);
+    CommandLine cl = parse_command_line(argc, argv);
     if (cl.help) {
       log::info("usage: llmtrain [config.cfg ...] [--key=value ...] [flags]\n\n"
                 "Trains a decoder-only transformer on HDF5 token shards, one MPI rank per device:\n"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
       if (rt.is_root()) std::cout << Config::markdown_table();
       return 0;
     }
+    apply_hf_config(cl.config, cl.command_line_keys);
     const Config& cfg = cl.config;
     cfg.validate();
     if (cl.print_config) {

@@ -24,19 +24,26 @@ namespace {
 // A check returns an empty string when the value is allowed, else what is allowed.
 struct Check {
   std::function<std::string(double)> number;           // for int/double keys
-  std::vector<std::string> choices;                    // for choice keys
+  std::vector<std::string> choices;                    // for choice keys (shown in --help)
+  std::function<bool(const std::string&)> text;        // replaces exact matching of choices when set
 };
 Check any() { return {}; }
 Check positive() {
-  return {[](double v) { return v > 0 ? "" : std::string("a number > 0"); }, {}};
+  return {[](double v) { return v > 0 ? "" : std::string("a number > 0"); }, {}, {}};
 }
 Check non_negative() {
-  return {[](double v) { return v >= 0 ? "" : std::string("a number >= 0"); }, {}};
+  return {[](double v) { return v >= 0 ? "" : std::string("a number >= 0"); }, {}, {}};
 }
 Check unit_interval() {
-  return {[](double v) { return (v >= 0 && v < 1) ? "" : std::string("a number in [0, 1)"); }, {}};
+  return {[](double v) { return (v >= 0 && v < 1) ? "" : std::string("a number in [0, 1)"); }, {}, {}};
 }
-Check one_of(std::vector<std::string> c) { return {{}, std::move(c)}; }
+Check one_of(std::vector<std::string> c) { return {{}, std::move(c), {}}; }
+// init_from: scratch, resume, or hf:<directory of a transformers model>.
+Check init_source() {
+  return {{}, {"scratch", "resume", "hf:<dir>"}, [](const std::string& v) {
+            return v == "scratch" || v == "resume" || (v.rfind("hf:", 0) == 0 && v.size() > 3);
+          }};
+}
 
 // ---- text <-> value ----------------------------------------------------------
 std::string strip(const std::string& s) {
@@ -126,8 +133,9 @@ Key make_key(const char* section, const char* name, T Config::*field, Check chec
     T v{};
     parse_value(key, text, v);
     if constexpr (std::is_same_v<T, std::string>) {
-      if (!check.choices.empty() &&
-          std::find(check.choices.begin(), check.choices.end(), v) == check.choices.end())
+      const bool ok = check.text ? check.text(v)
+                                 : std::find(check.choices.begin(), check.choices.end(), v) != check.choices.end();
+      if (!check.choices.empty() && !ok)
         bad_value(key, text, fmt::format("one of {}", fmt::join(check.choices, ", ")));
     } else if constexpr (!std::is_same_v<T, bool>) {
       if (check.number) {
@@ -251,7 +259,7 @@ void Config::validate() const {
     fail("config keys 'use_zero1' and 'use_fsdp' are exclusive: FSDP already shards the optimizer state");
   if (eval_only && init_from == "scratch")
     fail("config key 'eval_only' = True evaluates saved weights: set init_from=resume (the newest checkpoint in "
-         "out_dir/checkpoints), not 'scratch'");
+         "out_dir/checkpoints) or init_from=hf:DIR, not 'scratch'");
 }
 
 void Config::refuse_unbuilt() const {
@@ -365,6 +373,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       throw ConfigError(fmt::format("config key '{}' on the command line needs a value: --{}=<value>",
                                     opt.string_key, opt.string_key));
     cl.config.set(opt.string_key, opt.value.back());
+    cl.command_line_keys.push_back(opt.string_key);
   }
   return cl;
 }

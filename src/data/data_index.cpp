@@ -70,6 +70,7 @@ DataIndex read_data_index(const std::string& dir) {
     idx.info.tokenizer_hash = j.at("tokenizer_hash").get<std::string>();
     idx.info.token_dtype = j.at("token_dtype").get<std::string>();
     idx.eos_id = j.value("eos_id", int64_t{-1});
+    idx.info.eos_id = idx.eos_id;
     idx.train = read_split(j, "train", index_path, &idx.train_documents);
     idx.val = read_split(j, "val", index_path, &idx.val_documents);
   } catch (const json::exception& e) {

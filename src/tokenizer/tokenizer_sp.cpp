@@ -60,21 +60,48 @@ std::string js_string_constant(const std::string& src, const std::string& name, 
   return src.substr(p, e - p);
 }
 
-SentencePieceBpe::SentencePieceBpe(const std::string& path, const std::string& name)
-    : name_(name), serial_(++g_sp_serial) {
-  const std::string what = fmt::format("llama-tokenizer.js '{}'", path);
+}  // namespace
+
+Llama2JsVocab read_llama2_js(const std::string& path) {
+  Llama2JsVocab out;
+  out.what = fmt::format("llama-tokenizer.js '{}'", path);
+  const std::string& what = out.what;
   const std::string src = read_file(path, what.c_str());
-  hash_ = sha256_hex(src);
+  out.hash = sha256_hex(src);
   // Vocabulary: "\n"-separated UTF-8 pieces, row = id (TextDecoder, so ill-formed
   // UTF-8 would become U+FFFD: utf8_repair does the same).
   const std::string vocab_text =
       utf8_repair(base64_decode(js_string_constant(src, "llama_vocab_base64", what), what.c_str()));
   for (size_t p = 0;;) {
     size_t q = vocab_text.find('\n', p);
-    vocab_.push_back(vocab_text.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    out.pieces.push_back(vocab_text.substr(p, q == std::string::npos ? std::string::npos : q - p));
     if (q == std::string::npos) break;
     p = q + 1;
   }
+  // Merges: little-endian uint16 token ids, two per merge.
+  const std::string bin = base64_decode(js_string_constant(src, "llama_merges_binary", what), what.c_str());
+  const size_t n_ids = bin.size() / 2;
+  auto id_at = [&](size_t k) {
+    return static_cast<int32_t>(static_cast<unsigned char>(bin[2 * k]) |
+                                static_cast<unsigned char>(bin[2 * k + 1]) << 8);
+  };
+  for (size_t k = 0; k + 1 < n_ids; k += 2) {
+    int32_t a = id_at(k), b = id_at(k + 1);
+    if (a >= static_cast<int32_t>(out.pieces.size()) || b >= static_cast<int32_t>(out.pieces.size()))
+      throw DataError(fmt::format("{}: merge {} refers to id {} / {} outside the vocabulary", what, k / 2, a, b));
+    out.merges.emplace_back(a, b);
+  }
+  return out;
+}
+
+namespace {
+
+SentencePieceBpe::SentencePieceBpe(const std::string& path, const std::string& name)
+    : name_(name), serial_(++g_sp_serial) {
+  Llama2JsVocab js = read_llama2_js(path);
+  const std::string& what = js.what;
+  hash_ = js.hash;
+  vocab_ = std::move(js.pieces);
   for (size_t id = 0; id < vocab_.size(); ++id) {
     by_piece_[vocab_[id]] = static_cast<int32_t>(id);
     if (vocab_[id].find(' ') != std::string::npos)
@@ -103,25 +130,17 @@ SentencePieceBpe::SentencePieceBpe(const std::string& path, const std::string& n
   if (eos == by_piece_.end()) throw DataError(fmt::format("{}: no </s> piece", what));
   eos_ = eos->second;
 
-  // Merges: little-endian uint16 token ids, two per merge; merge k has priority
-  // 2k+1 (the JS uses the index into the id array) and later duplicates win.
-  const std::string bin = base64_decode(js_string_constant(src, "llama_merges_binary", what), what.c_str());
-  const size_t n_ids = bin.size() / 2;
-  auto id_at = [&](size_t k) {
-    return static_cast<int32_t>(static_cast<unsigned char>(bin[2 * k]) |
-                                static_cast<unsigned char>(bin[2 * k + 1]) << 8);
-  };
-  merges_.reserve(n_ids / 2 * 2);
-  for (size_t k = 0; k + 1 < n_ids; k += 2) {
-    int32_t a = id_at(k), b = id_at(k + 1);
-    if (a >= static_cast<int32_t>(vocab_.size()) || b >= static_cast<int32_t>(vocab_.size()))
-      throw DataError(fmt::format("{}: merge {} refers to id {} / {} outside the vocabulary", what, k / 2, a, b));
+  // Merge k has priority 2k+1 (the JS uses the index into the id array) and
+  // later duplicates win.
+  merges_.reserve(js.merges.size() * 2);
+  for (size_t k = 0; k < js.merges.size(); ++k) {
+    const auto [a, b] = js.merges[k];
     // The JS keys merges by piece strings: use the canonical id of each string.
     auto merged = by_piece_.find(vocab_[a] + vocab_[b]);
     if (merged == by_piece_.end())
-      throw DataError(fmt::format("{}: merge {} ('{}' '{}') produces a piece not in the vocabulary", what, k / 2,
+      throw DataError(fmt::format("{}: merge {} ('{}' '{}') produces a piece not in the vocabulary", what, k,
                                   vocab_[a], vocab_[b]));
-    merges_[pair_key(by_piece_[vocab_[a]], by_piece_[vocab_[b]])] = {static_cast<int32_t>(k + 1), merged->second};
+    merges_[pair_key(by_piece_[vocab_[a]], by_piece_[vocab_[b]])] = {static_cast<int32_t>(2 * k + 1), merged->second};
   }
 }
 
@@ -194,14 +213,7 @@ std::unique_ptr<Tokenizer> make_sp_tokenizer(const std::string& spec, const std:
     if (arg.empty()) throw DataError(fmt::format("tokenizer spec '{}': expected llama2_js:<path to llama-tokenizer.js>", spec));
     return std::make_unique<SentencePieceBpe>(arg, "llama2");
   }
-  if (kind == "llama2" && arg.empty()) {
-    const std::string dir = npm_dir();
-    if (dir.empty())
-      throw DataError(fmt::format("tokenizer spec '{}': third_party/npm not found (set LLMTRAIN_NPM_DIR, or run "
-                                  "tests/tokenizer/fetch-packages.sh in the source tree)",
-                                  spec));
-    return std::make_unique<SentencePieceBpe>(dir + "/llama-tokenizer-js@1.2.2/llama-tokenizer.js", "llama2");
-  }
+  if (kind == "llama2" && arg.empty()) return std::make_unique<SentencePieceBpe>(pinned_file(spec, kind), "llama2");
   return nullptr;
 }
 

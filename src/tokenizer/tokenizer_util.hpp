@@ -70,6 +70,30 @@ int unicode_to_byte(char32_t c);
 // "" when none is found.
 std::string npm_dir();
 
+// The pinned file of a built-in tokenizer kind under npm_dir(): "gpt2" the
+// js-tiktoken ranks, "llama3"/"qwen3" their tokenizer.json, "llama2"
+// llama-tokenizer.js; "" for any other kind. DataError naming `spec` when
+// third_party/npm is not found.
+std::string pinned_file(const std::string& spec, const std::string& kind);
+
+// js-tiktoken's ranks file, parsed (tokenizer_bpe.cpp).
+struct TiktokenRanks {
+  std::string what, hash;                                   // "tiktoken ranks '<path>'", SHA-256 of the file
+  std::vector<std::pair<std::string, int32_t>> tokens;      // raw bytes, rank (= id)
+  std::vector<std::pair<std::string, int32_t>> special;     // special token, id
+  std::string pat_str;
+  int64_t explicit_n_vocab = -1;
+};
+TiktokenRanks read_tiktoken_ranks(const std::string& path);
+
+// llama-tokenizer.js's vocabulary and merges, decoded (tokenizer_sp.cpp).
+struct Llama2JsVocab {
+  std::string what, hash;
+  std::vector<std::string> pieces;                // id -> piece (UTF-8, "▁" for spaces)
+  std::vector<std::pair<int32_t, int32_t>> merges;  // in priority order
+};
+Llama2JsVocab read_llama2_js(const std::string& path);
+
 // Hooks called by make_tokenizer(); nullptr when `kind` is not theirs.
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& spec, const std::string& kind,
                                               const std::string& arg);

@@ -22,8 +22,10 @@
 #include "llmtrain/distributed/runtime.hpp"        // defines: Runtime (rank, device)
 #include "llmtrain/distributed/strategy.hpp"       // defines: Strategy (DDP / ZeRO-1 / FSDP), make_strategy
 #include "llmtrain/distributed/watchdog.hpp"       // defines: Watchdog (a stalled rank ends the job)
+#include "llmtrain/model/hf.hpp"            // defines: load_hf_checkpoint, export_hf (transformers format)
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
 #include "llmtrain/train/checkpoint.hpp"    // defines: Checkpointer, TrainState (HDF5 checkpoints, resume)
+#include "llmtrain/train/eval_full.hpp"     // defines: evaluate_full (eval_full=True)
 #include "llmtrain/train/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
 #include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
 #include "llmtrain/core/progress.hpp"      // defines: ProgressBar
@@ -90,6 +92,7 @@ struct Trainer::Impl {
     if (const char* v = std::getenv("LLMTRAIN_TEST_FAIL_AT")) std::sscanf(v, "%d:%lld", &r, &i);
     return std::pair<int, int64_t>(r, i);
   }();
+  nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
 
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(c) {
     // 0. the watchdog: from here on a rank that stops arriving ends the job
@@ -110,9 +113,11 @@ struct Trainer::Impl {
     if (mcfg.vocab_size < data.vocab_size)
       throw ConfigError(fmt::format("config key 'vocab_size' ({}) is smaller than the data's vocabulary ({} in {})",
                                     mcfg.vocab_size, data.vocab_size, cfg.data_dir));
+    if (!cfg.export_hf.empty()) check_hf_export_target(cfg.export_hf, mcfg);  // refused before any work
     torch::manual_seed(cfg.seed);
     model = Transformer(mcfg);
     model->init_weights(static_cast<uint64_t>(cfg.seed));
+    if (const std::string hf = hf_init_dir(cfg); !hf.empty()) load_hf_checkpoint(*model, hf);  // init_from=hf:DIR
     model->to(device);
     model->plan_attention(device, dtype);
     // 4. parallelism, applied from outside the model
@@ -263,6 +268,7 @@ struct Trainer::Impl {
   // restarts at position 0 each time, so every evaluation of a run sees the same
   // batches and the numbers are comparable.
   double evaluate(const std::string& split) {
+    if (split == "val" && cfg.eval_full) return evaluate_full_val();
     torch::NoGradGuard no_grad;
     model->eval();
     TokenLoader loader(LoaderOptions::from_config(cfg), rt, split, device, /*stream=*/1);
@@ -279,6 +285,35 @@ struct Trainer::Impl {
     const double mean = mean_over_ranks(sum / static_cast<double>(n));
     rt.watchdog().activity(fmt::format("after the evaluation of {}: run log, checkpoint", split));
     return mean;
+  }
+
+  // eval_full=True: the whole val split in order (eval_full.hpp), printed and
+  // run-logged with its token count.
+  double evaluate_full_val() {
+    const FullEvalResult r = evaluate_full(*model, cfg.data_dir, "val", cfg.block_size, cfg.batch_size, device, dtype,
+                                           *comm);
+    log::info("eval_full: val loss {:.6f} over {} tokens ({} windows of {})", r.loss, r.tokens, r.windows,
+              cfg.block_size);
+    full_eval = {{"eval_full", true}, {"val_tokens", r.tokens}, {"val_windows", r.windows}};
+    return r.loss;
+  }
+
+  // An eval_results entry (docs/run-log.md), with eval_full's counts when it ran.
+  nlohmann::json eval_entry(int64_t iter, double train_loss, double val_loss) const {
+    nlohmann::json e = {{"iter", iter}, {"train_loss", train_loss}, {"val_loss", val_loss}};
+    e.update(full_eval);
+    return e;
+  }
+
+  // export_hf=DIR at the end of the run: every rank makes the parameters whole
+  // (FSDP), rank 0 writes, and no rank leaves before the directory is complete.
+  void export_model() {
+    if (cfg.export_hf.empty()) return;
+    strategy->materialize_parameters();
+    if (rt.is_root())
+      log::info("{}", export_hf(cfg.export_hf, mcfg, named_parameters(),
+                                {data.eos_id, data.tokenizer, data.tokenizer_hash}));
+    mean_over_ranks(0.0);  // a barrier through the run's collectives
   }
 
   // ---- TRAINING STEP BEGIN ----
@@ -402,12 +437,14 @@ TrainResult Trainer::run_loop() {
     const int64_t at = m.state.iteration;  // the loaded checkpoint's
     result.final_train_loss = m.evaluate("train");
     result.final_val_loss = m.evaluate("val");
-    log::info("eval of {} (iteration {}): train loss {:.4f}, val loss {:.4f}",
-              m.resumed ? m.resumed->path : std::string("?"), at, result.final_train_loss, result.final_val_loss);
-    m.run_log->add_eval({{"iter", at}, {"train_loss", result.final_train_loss}, {"val_loss", result.final_val_loss}});
+    const std::string what = m.resumed ? m.resumed->path : cfg.init_from;
+    log::info("eval of {} (iteration {}): train loss {:.4f}, val loss {:.4f}", what, at, result.final_train_loss,
+              result.final_val_loss);
+    m.run_log->add_eval(m.eval_entry(at, result.final_train_loss, result.final_val_loss));
     m.run_log->flush(/*force=*/true);
     result.iterations = 0;
     result.run_log_path = m.run_log->path();
+    m.export_model();
     return result;
   }
   ProgressBar bar(m.state.iteration, cfg.max_iters, ProgressBar::detect_mode());
@@ -455,8 +492,7 @@ TrainResult Trainer::run_loop() {
     if ((iter + 1) % cfg.eval_interval == 0 || last) {
       result.final_train_loss = m.evaluate("train");
       result.final_val_loss = m.evaluate("val");
-      m.run_log->add_eval({{"iter", iter + 1}, {"train_loss", result.final_train_loss},
-                           {"val_loss", result.final_val_loss}});
+      m.run_log->add_eval(m.eval_entry(iter + 1, result.final_train_loss, result.final_val_loss));
       say(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", iter + 1,
                                  result.final_train_loss, result.final_val_loss));
       // As the seeds: save when val improves, or at every evaluation if asked.
@@ -497,6 +533,7 @@ TrainResult Trainer::run_loop() {
   m.run_log->flush(/*force=*/true);
   result.tokens_per_sec = summary.value("tokens_per_sec", 0.0);
   result.run_log_path = m.run_log->path();
+  if (!result.stopped_by_signal) m.export_model();  // a stopped run is not the finished model (collective under FSDP)
   m.rt.watchdog().idle();
   return result;
 }

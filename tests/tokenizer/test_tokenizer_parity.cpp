@@ -75,6 +75,15 @@ void expect_same(const std::vector<int32_t>& ours, const nlohmann::json& js, con
                 << theirs.size() << " ids)\n  C++: " << ctx(ours) << "\n  JS:  " << ctx(theirs);
 }
 
+// The BPE tokenizers' pre-tokenizer regex uses \s as the references do (Unicode
+// White_Space: HF tokenizers, tiktoken); ECMAScript's \s, in the JS ports, also
+// has U+FEFF and lacks U+0085. Inputs holding either are not compared with JS:
+// tests/interop (interop_tokenizers) compares them with the references.
+bool js_space_differs(const std::string& kind, const std::string& text) {
+  return kind != "llama2" &&
+         (text.find("\xC2\x85") != std::string::npos || text.find("\xEF\xBB\xBF") != std::string::npos);
+}
+
 void run_parity(const std::string& kind) {
   if (std::system("node --version > /dev/null 2>&1") != 0) skip("node not found (scripts/install-deps.sh installs it)");
   fs::path modules = npm_dir() / "js" / "node_modules";
@@ -99,7 +108,9 @@ void run_parity(const std::string& kind) {
   ASSERT_EQ(js.size(), files.size() + 2);
 
   const std::string edge_text = read_text(edge);
-  expect_same(tok->encode(edge_text), js[0], "edge_cases.txt (whole)");
+  std::vector<std::string> not_compared;
+  if (js_space_differs(kind, edge_text)) not_compared.push_back("edge_cases.txt (whole)");
+  else expect_same(tok->encode(edge_text), js[0], "edge_cases.txt (whole)");
   std::vector<std::string> lines;
   for (size_t p = 0;;) {
     size_t q = edge_text.find('\n', p);
@@ -108,16 +119,29 @@ void run_parity(const std::string& kind) {
     p = q + 1;
   }
   ASSERT_EQ(lines.size(), js[1].size());
-  for (size_t l = 0; l < lines.size(); ++l)
-    expect_same(tok->encode(lines[l]), js[1][l], fmt::format("edge_cases.txt line {}", l + 1));
+  for (size_t l = 0; l < lines.size(); ++l) {
+    const std::string where = fmt::format("edge_cases.txt line {}", l + 1);
+    if (js_space_differs(kind, lines[l])) not_compared.push_back(where);
+    else expect_same(tok->encode(lines[l]), js[1][l], where);
+  }
+  EXPECT_LE(not_compared.size(), 2u) << "the U+0085/U+FEFF exception should cover one line of edge_cases.txt";
   size_t tokens = 0;
   for (size_t f = 0; f < files.size(); ++f) {
-    auto ids = tok->encode(read_text(files[f]));
+    const std::string text = read_text(files[f]);
+    if (js_space_differs(kind, text)) {
+      not_compared.push_back(files[f].filename().string());
+      continue;
+    }
+    auto ids = tok->encode(text);
     tokens += ids.size();
     expect_same(ids, js[f + 2], files[f].filename().string());
   }
   std::printf("%s: %zu SOTU speeches, %zu tokens, identical to JS: %s\n", kind.c_str(), files.size(), tokens,
               ::testing::Test::HasFailure() ? "no" : "yes");
+  if (!not_compared.empty())
+    std::printf("%s: not compared with JS (U+0085/U+FEFF, where ECMAScript's \\s differs; interop_tokenizers "
+                "checks them against HF tokenizers/tiktoken): %s\n",
+                kind.c_str(), fmt::format("{}", fmt::join(not_compared, ", ")).c_str());
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ struct Config {
 struct CommandLine {
   Config config;
   std::vector<std::string> config_files;  // positional arguments, applied in order
+  std::vector<std::string> command_line_keys;  // keys given as --key=value (not from a file)
   bool help = false;
   bool describe = false;     // print the model/memory description and exit
   bool print_config = false; // print the resolved config and exit

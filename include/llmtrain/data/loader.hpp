@@ -35,6 +35,7 @@ struct DataInfo {
   int64_t vocab_size = 0;
   std::string tokenizer;       // e.g. "byte", "gpt2"
   std::string tokenizer_hash;  // "" for built-in tokenizers
+  int64_t eos_id = -1;         // the document separator (-1: none recorded)
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t train_shards = 0, val_shards = 0;
   std::string token_dtype;     // "uint16" | "uint32"

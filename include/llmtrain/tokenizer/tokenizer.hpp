@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace llmtrain {
@@ -32,5 +33,21 @@ class Tokenizer {
 // encode() is thread-safe.
 // Throws DataError naming the spec when it cannot be built.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
+
+// The files transformers' AutoTokenizer.from_pretrained reads (tokenizer.json,
+// tokenizer_config.json) for the tokenizer a data index names, by name and file hash:
+//   "byte"            a byte-level BPE of 256 tokens and no merges (id = byte)
+//   "gpt2"            tokenizer.json built from the pinned tiktoken ranks (GPT-2's
+//                     50,000 merges recovered from the ranks; ignore_merges as tiktoken)
+//   "llama3" "qwen3"  the pinned tokenizer.json and tokenizer_config.json, byte for byte
+//   "llama2"          tokenizer.json built from llama-tokenizer-js's vocabulary and
+//                     merges (BPE with byte fallback, "▁" metaspace; BOS added on encode)
+// The pinned file must have `file_hash` (the data was made with it). `files` is
+// empty and `why_not` says why for any other tokenizer or a different file.
+struct HfTokenizerFiles {
+  std::vector<std::pair<std::string, std::string>> files;  // file name -> contents
+  std::string why_not;
+};
+HfTokenizerFiles hf_tokenizer_files(const std::string& name, const std::string& file_hash);
 
 }  // namespace llmtrain
