@@ -13,7 +13,7 @@
 #include "llmtrain/core/error.hpp"   // defines: Error, ConfigError
 #include "llmtrain/plan/planner.hpp"  // defines: plan_search, plan_evaluate, run-log readers, tables
 #include "llmtrain/plan/scaling_law.hpp"  // defines: ScalingLaw, fit_scaling_law
-#include "llmtrain/train/run_log.hpp"  // defines: write_file_atomic
+#include "llmtrain/core/atomic_file.hpp"  // defines: write_file_atomic
 
 namespace po = boost::program_options;
 using namespace llmtrain;

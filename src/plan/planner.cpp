@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,11 +12,13 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/run_log.hpp"
+#include "llmtrain/model/model_config.hpp"
+#include "llmtrain/model/params.hpp"
+#include "llmtrain/train/run_report.hpp"
 
 namespace llmtrain {
 namespace fs = std::filesystem;
@@ -33,48 +36,24 @@ std::string to_string(FlopAccounting accounting) {
 // ---- families ----------------------------------------------------------------
 namespace {
 
-using KeyValues = std::vector<std::pair<const char*, const char*>>;
-
-// The keys every full preset in inputs/ shares (data, optimizer, run, system).
-const KeyValues kPresetCommon = {
-    {"dropout", "0.0"},        {"attention_backend", "flash_attn_3"},
-    {"block_size", "2048"},    {"batch_size", "8"},
-    {"gradient_accumulation_steps", "8"},
-    {"learning_rate", "3e-4"}, {"min_lr", "3e-5"},
-    {"weight_decay", "0.1"},   {"beta1", "0.9"},
-    {"beta2", "0.95"},         {"grad_clip", "1.0"},
-    {"decay_lr", "True"},      {"warmup_iters", "2000"},
-    {"lr_decay_iters", "100000"}, {"max_iters", "100000"},
-    {"eval_interval", "1000"}, {"eval_iters", "50"},
-    {"log_interval", "10"},    {"dtype", "bfloat16"},
-    {"compile", "False"},
-};
-
-// The model keys of each family's preset (tests/plan keeps them equal to inputs/).
-const std::map<std::string, KeyValues>& family_models() {
-  static const std::map<std::string, KeyValues> m = {
-      {"llama3",  // inputs/full_llama3_1.5b_optimal.cfg
-       {{"vocab_size", "128256"}, {"vocab_pad_multiple", "64"}, {"n_layer", "18"}, {"n_head", "16"},
-        {"n_kv_head", "8"}, {"n_embd", "2048"}, {"head_dim", "128"}, {"ffn_hidden", "7168"}, {"norm", "rmsnorm"},
-        {"pos_encoding", "rope"}, {"ffn", "swiglu"}, {"qk_norm", "False"}, {"rope_theta", "500000.0"},
-        {"norm_eps", "1e-5"}, {"bias", "False"}, {"tie_embeddings", "False"}}},
-      {"llama2",  // inputs/full_llama_1.36b.cfg
-       {{"vocab_size", "32000"}, {"vocab_pad_multiple", "64"}, {"n_layer", "18"}, {"n_head", "18"},
-        {"n_kv_head", "18"}, {"n_embd", "2304"}, {"head_dim", "128"}, {"ffn_hidden", "6144"}, {"norm", "rmsnorm"},
-        {"pos_encoding", "rope"}, {"ffn", "swiglu"}, {"qk_norm", "False"}, {"rope_theta", "10000.0"},
-        {"norm_eps", "1e-5"}, {"bias", "False"}, {"tie_embeddings", "False"}}},
-      {"qwen3",  // inputs/full_qwen3_1.8b_optimal.cfg
-       {{"vocab_size", "151643"}, {"vocab_pad_multiple", "256"}, {"n_layer", "24"}, {"n_head", "16"},
-        {"n_kv_head", "8"}, {"n_embd", "2048"}, {"head_dim", "128"}, {"ffn_hidden", "6144"}, {"norm", "rmsnorm"},
-        {"pos_encoding", "rope"}, {"ffn", "swiglu"}, {"qk_norm", "True"}, {"rope_theta", "1000000.0"},
-        {"norm_eps", "1e-6"}, {"bias", "False"}, {"tie_embeddings", "False"}}},
-      {"gpt2",  // inputs/full_gpt2_1.36b.cfg
-       {{"vocab_size", "50257"}, {"vocab_pad_multiple", "64"}, {"n_layer", "18"}, {"n_head", "18"},
-        {"n_kv_head", "18"}, {"n_embd", "2304"}, {"head_dim", "128"}, {"ffn_hidden", "9216"}, {"norm", "layernorm"},
-        {"pos_encoding", "learned"}, {"ffn", "gelu"}, {"qk_norm", "False"}, {"rope_theta", "10000.0"},
-        {"norm_eps", "1e-5"}, {"bias", "True"}, {"tie_embeddings", "True"}}},
+// Each family's base is its preset in inputs/ (the one source of those shapes):
+// read from the source tree in a build, from <datadir>/llmtrain/inputs when installed.
+const std::map<std::string, std::string>& family_presets() {
+  static const std::map<std::string, std::string> m = {
+      {"llama3", "full_llama3_1.5b_optimal.cfg"},
+      {"llama2", "full_llama_1.36b.cfg"},
+      {"qwen3", "full_qwen3_1.8b_optimal.cfg"},
+      {"gpt2", "full_gpt2_1.36b.cfg"},
   };
   return m;
+}
+
+std::vector<std::string> inputs_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("LLMTRAIN_INPUTS_DIR"); env && *env) dirs.emplace_back(env);
+  dirs.emplace_back(LLMTRAIN_SOURCE_INPUTS_DIR);
+  dirs.emplace_back(LLMTRAIN_INSTALLED_INPUTS_DIR);
+  return dirs;
 }
 
 int64_t round_to(double v, int64_t multiple) {
@@ -96,23 +75,28 @@ std::string human(double v) {
 
 std::vector<std::string> plan_family_names() {
   std::vector<std::string> names;
-  for (const auto& [k, v] : family_models()) names.push_back(k);
+  for (const auto& [k, v] : family_presets()) names.push_back(k);
   return names;
 }
 
-Config plan_family_config(const std::string& family) {
-  const auto& m = family_models();
+std::string plan_family_preset(const std::string& family) {
+  const auto& m = family_presets();
   auto it = m.find(family);
-  if (it == m.end()) {
-    std::string known;
-    for (const auto& [k, v] : m) known += (known.empty() ? "" : ", ") + k;
+  if (it == m.end())
     throw ConfigError(fmt::format("unknown family '{}': its vocabulary and shape are not known (known families: {}; "
                                   "or give a base config file with --config)",
-                                  family, known));
-  }
+                                  family, fmt::join(plan_family_names(), ", ")));
+  const auto dirs = inputs_dirs();
+  for (const auto& d : dirs)
+    if (fs::is_regular_file(fs::path(d) / it->second)) return (fs::path(d) / it->second).string();
+  throw ConfigError(fmt::format("family '{}': its preset {} is in none of {} (set LLMTRAIN_INPUTS_DIR to the "
+                                "inputs/ directory, or give --config FILE)",
+                                family, it->second, fmt::join(dirs, ", ")));
+}
+
+Config plan_family_config(const std::string& family) {
   Config c;
-  for (const auto& [k, v] : it->second) c.set(k, v);
-  for (const auto& [k, v] : kPresetCommon) c.set(k, v);
+  c.load_file(plan_family_preset(family));
   return c;
 }
 
@@ -168,11 +152,10 @@ Candidate plan_evaluate(const Config& shape, double tokens, FlopAccounting accou
   c.n_layer = m.n_layer, c.n_embd = m.n_embd, c.n_head = m.n_head, c.n_kv_head = m.n_kv_head;
   c.head_dim = m.head_dim, c.ffn_hidden = m.ffn_hidden;
   c.params = m.num_params();
-  // Kaplan et al.'s non-embedding count: the blocks and the final norm.
-  int64_t embedding = m.padded_vocab * m.n_embd;
-  if (shape.get("pos_encoding") == "learned") embedding += m.block_size * m.n_embd;
-  if (shape.get("tie_embeddings") != "True") embedding += m.padded_vocab * m.n_embd;
-  c.non_embedding_params = c.params - embedding;
+  // Kaplan et al.'s non-embedding count: the blocks and the final norm (the
+  // parameter table's groups less the token/position tables and an untied head).
+  const ParamBreakdown pb = param_breakdown(m);
+  c.non_embedding_params = pb.total - pb.embeddings - pb.head;
   c.flops_per_token_mfu = m.flops_per_token();
   c.flops_per_token = accounting == FlopAccounting::mfu ? m.flops_per_token() : m.flops_per_token_6n();
   c.tokens = tokens;
@@ -311,20 +294,19 @@ LossObservation read_loss_observation(const std::string& path) {
   if (!n || !n->is_number())
     throw Error(fmt::format("run log '{}' has no startup_info.model.num_params (not an llmtrain run log?)", path));
   o.params = n->get<double>();
-  const auto* iters = find_path(j, {"training_iterations"});
-  if (!iters || !iters->is_array() || iters->empty())
-    throw Error(fmt::format("run log '{}' has no training iterations: no tokens trained", path));
+  // D = the iterations trained x the global tokens of one: the run's last
+  // iteration, not the number of records (a resumed run's log starts mid-way).
   const auto* tpi = find_path(j, {"startup_info", "config", "tokens_per_iter"});
-  for (const auto& rec : *iters) {
-    auto t = rec.find("tokens");
-    if (t != rec.end() && t->is_number())
-      o.tokens += t->get<double>();
-    else if (tpi && tpi->is_number())
-      o.tokens += tpi->get<double>();
-    else
-      throw Error(fmt::format("run log '{}': iteration records carry no token counts", path));
-  }
-  const auto last_iter = static_cast<int64_t>(iters->size());
+  if (!tpi || !tpi->is_number() || !(tpi->get<double>() > 0))
+    throw Error(fmt::format("run log '{}' has no startup_info.config.tokens_per_iter", path));
+  const auto* iters = find_path(j, {"training_iterations"});
+  if (!iters || !iters->is_array() || iters->empty() || !iters->back().contains("iter") ||
+      !iters->back()["iter"].is_number_integer())
+    throw Error(fmt::format("run log '{}' has no training iterations: no tokens trained", path));
+  int64_t last_iter = iters->back()["iter"].get<int64_t>() + 1;
+  if (const auto* mi = find_path(j, {"startup_info", "config", "max_iters"}); mi && mi->is_number_integer())
+    last_iter = std::max(last_iter, mi->get<int64_t>());
+  o.tokens = static_cast<double>(last_iter) * tpi->get<double>();
   const auto* evals = find_path(j, {"eval_results"});
   if (!evals || !evals->is_array() || evals->empty())
     throw Error(fmt::format("run log '{}' has no final val loss: eval_results is empty", path));
@@ -479,8 +461,7 @@ nlohmann::json fit_to_json(const FitResult& f, const std::vector<LossObservation
 std::string plan_preset_text(const Candidate& c, const std::string& command, int gpus) {
   LLMTRAIN_CHECK(gpus >= 1, "--gpus must be >= 1, got {}", gpus);
   Config cfg = c.config;
-  const double tokens_per_iter = static_cast<double>(cfg.batch_size * cfg.gradient_accumulation_steps * gpus *
-                                                     cfg.block_size);
+  const double tokens_per_iter = static_cast<double>(cfg.tokens_per_iter(gpus));
   const auto iters = static_cast<int64_t>(std::ceil(c.tokens / tokens_per_iter));
   cfg.set("max_iters", std::to_string(iters));
   cfg.set("lr_decay_iters", std::to_string(std::max<int64_t>(1, iters)));

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include <fmt/format.h>
@@ -13,8 +15,8 @@
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/model/describe.hpp"
-#include "llmtrain/model/transformer.hpp"
+#include "llmtrain/train/describe.hpp"
+#include "llmtrain/model/params.hpp"
 #include "llmtrain/plan/planner.hpp"
 #include "llmtrain/plan/scaling_law.hpp"
 #include "test_util.hpp"
@@ -32,7 +34,7 @@ Config load_preset(const std::string& name) {
 }
 
 std::string fixture(const std::string& name) {
-  return (fs::path(testing::source_dir()) / "tests/metrics/fixtures" / name).string();
+  return (fs::path(testing::source_dir()) / "tests/train/fixtures" / name).string();
 }
 
 // The message of the exception `f` throws as E ("" if none).
@@ -201,16 +203,28 @@ TEST(PlanFlops, EqualDescribesForEveryFamily) {
   EXPECT_EQ(c.non_embedding_params, 1544628224 - 2 * 262668288);
 }
 
-TEST(PlanFlops, FamiliesAreThePresetsShapes) {
+TEST(PlanFamily, IsThePresetFileItself) {
   const std::map<std::string, std::string> preset = {{"llama3", "full_llama3_1.5b_optimal"},
                                                      {"llama2", "full_llama_1.36b"},
                                                      {"qwen3", "full_qwen3_1.8b_optimal"},
                                                      {"gpt2", "full_gpt2_1.36b"}};
   ASSERT_EQ(plan_family_names().size(), preset.size());
   for (const auto& [fam, file] : preset) {
+    EXPECT_EQ(fs::canonical(plan_family_preset(fam)),
+              fs::canonical(fs::path(testing::source_dir()) / "inputs" / (file + ".cfg")));
     const Config a = plan_family_config(fam), b = load_preset(file);
     for (const auto& k : Config::key_names()) EXPECT_EQ(a.get(k), b.get(k)) << fam << " " << k;
   }
+  // LLMTRAIN_INPUTS_DIR comes first (an installed copy, or the user's own presets).
+  const auto dir = testing::scratch_dir("plan_inputs");
+  fs::copy_file(fs::path(testing::source_dir()) / "inputs/full_gpt2_1.36b.cfg", dir / "full_gpt2_1.36b.cfg",
+                fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "full_gpt2_1.36b.cfg", std::ios::app) << "n_layer = 7\n";
+  ::setenv("LLMTRAIN_INPUTS_DIR", dir.c_str(), 1);
+  const Config own = plan_family_config("gpt2");
+  ::unsetenv("LLMTRAIN_INPUTS_DIR");
+  EXPECT_EQ(own.n_layer, 7);
+  EXPECT_EQ(plan_family_config("gpt2").n_layer, 18);
 }
 
 // ---- the fit ----------------------------------------------------------------------------

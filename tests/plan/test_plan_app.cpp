@@ -71,7 +71,7 @@ TEST(PlanApp, WrittenConfigIsAcceptedByDescribe) {
 
 TEST(PlanApp, RunLogAddsTimes) {
   const auto j = plan_json("--flops 1.36e21 --family llama2 --top 2 --run_log " +
-                           src("tests/metrics/fixtures/run_1gpu.json") + " --gpus 8");
+                           src("tests/train/fixtures/run_1gpu.json") + " --gpus 8");
   ASSERT_EQ(j.size(), 2u);
   // At the fixture's FLOP/s per GPU (1e5 tokens/s x 8,341,291,008) on 8 GPUs.
   const double hours = 1.36e21 / (8 * 1e5 * 8341291008.0) / 3600;
@@ -84,7 +84,7 @@ TEST(PlanApp, BadInputIsOneLine) {
       {"--flops 1e15 --family llama3", "too small"},
       {"--flops 1e21 --family mistral", "vocabulary"},
       {"--flops 1e21 --config " + src("inputs/tiny_llama.cfg") + " --set vocab_size=0", "vocab_size = 0"},
-      {"--fit " + src("tests/metrics/fixtures/run_1gpu.json"), "no final val loss"},
+      {"--fit " + src("tests/train/fixtures/run_1gpu.json"), "no final val loss"},
       {"--flops 1e21", "needs a base shape"},
       {"--tokens 1e9 --family llama3", "needs --config"},
   };

@@ -29,9 +29,13 @@ std::string to_string(FlopAccounting accounting);
 
 // llama3, llama2, qwen3, gpt2.
 std::vector<std::string> plan_family_names();
-// The base of a family: the model keys, block size, batch and optimizer keys of
-// its preset in inputs/ (full_llama3_1.5b_optimal, full_llama_1.36b,
-// full_qwen3_1.8b_optimal, full_gpt2_1.36b). Throws ConfigError naming the known ones.
+// The path of a family's preset (inputs/full_llama3_1.5b_optimal.cfg,
+// full_llama_1.36b.cfg, full_qwen3_1.8b_optimal.cfg, full_gpt2_1.36b.cfg), found
+// in $LLMTRAIN_INPUTS_DIR, the source tree's inputs/ or the installed
+// share/llmtrain/inputs. Throws ConfigError naming the known families, or the
+// directories searched.
+std::string plan_family_preset(const std::string& family);
+// That preset loaded: its model keys, block size, batch and optimizer keys.
 Config plan_family_config(const std::string& family);
 // Throws ConfigError when the base's vocabulary is not known (vocab_size = 0
 // means "from the data" to the trainer; a plan has no data).
