@@ -122,7 +122,7 @@ int main(int argc, char** argv) try {
       "exit with code 3 if a --predict error exceeds this many percent (0 = never)")(
       "run_log", po::value<std::string>(&run_log),
       "a measured run: adds wall-clock days and GPU-hours at its speed (MFU-accounted FLOP/s per GPU)")(
-      "gpus", po::value<int>(&gpus), "GPUs for the times and for --write_config's max_iters (default: the run log's, else 8)")(
+      "gpus", po::value<int>(&gpus), "GPUs for the times, the memory per GPU and --write_config's max_iters (default: the run log's, else 8)")(
       "json", "print the table as JSON (one object per candidate; with --fit an object with the fit too)")(
       "write_config", po::value<std::string>(&write_config), "write the chosen shape as an inputs/-style preset")(
       "pick", po::value<int64_t>(&pick)->default_value(1), "which row --write_config writes (1 = the best)");
@@ -249,6 +249,7 @@ int main(int argc, char** argv) try {
     throw ConfigError(fmt::format("--pick {} is not a row of the table (1..{})", pick, rows.size()));
   const Candidate chosen = rows[static_cast<size_t>(pick - 1)];
   if (static_cast<int64_t>(rows.size()) > top) rows.resize(static_cast<size_t>(top));
+  plan_apply_memory(rows, gpus);
   if (speed) {
     plan_apply_speed(rows, *speed, gpus);
     if (!json)

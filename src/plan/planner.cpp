@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/distributed/memory_model.hpp"
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/train/run_report.hpp"
@@ -286,6 +287,16 @@ void plan_apply_speed(std::vector<Candidate>& candidates, const MeasuredSpeed& s
   }
 }
 
+void plan_apply_memory(std::vector<Candidate>& candidates, int gpus) {
+  LLMTRAIN_CHECK(gpus >= 1, "--gpus must be >= 1, got {}", gpus);
+  for (auto& c : candidates) {
+    const ModelConfig m = model_of(c.config);
+    const std::string strategy = c.config.use_fsdp ? "fsdp" : c.config.use_zero1 ? "zero1" : "ddp";
+    for (const auto& est : estimate_memory(m, c.config.dtype, c.config.batch_size, gpus, m.attention_backend))
+      if (est.strategy == strategy) c.memory_strategy = strategy, c.memory_per_gpu = est.total();
+  }
+}
+
 LossObservation read_loss_observation(const std::string& path) {
   const nlohmann::json j = load_json(path);
   LossObservation o;
@@ -345,9 +356,11 @@ std::vector<std::string> expand_run_logs(const std::vector<std::string>& args) {
 
 std::string format_candidates(const std::vector<Candidate>& cs, FlopAccounting accounting) {
   const bool timed = !cs.empty() && cs.front().hours.has_value();
+  const bool memory = !cs.empty() && !cs.front().memory_strategy.empty();
   std::string s = fmt::format("{:>3} {:>6} {:>6} {:>9} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>8}", "#",
                               "layers", "width", "heads/kv", "ffn", "params", "non-emb", "tokens",
                               accounting == FlopAccounting::mfu ? "FLOPs/tok" : "6N FLOPs/t", "FLOPs", "loss", "D/N");
+  if (memory) s += fmt::format(" {:>11}", fmt::format("GiB/GPU {}", cs.front().memory_strategy));
   if (timed) s += fmt::format(" {:>10} {:>11}", "days", "GPU-hours");
   s += "\n";
   int rank = 0;
@@ -356,6 +369,7 @@ std::string format_candidates(const std::vector<Candidate>& cs, FlopAccounting a
                      ++rank, c.n_layer, c.n_embd, fmt::format("{}/{}", c.n_head, c.n_kv_head), c.ffn_hidden,
                      human(static_cast<double>(c.params)), human(static_cast<double>(c.non_embedding_params)),
                      human(c.tokens), c.flops_per_token, c.flops, c.loss, c.tokens_per_param);
+    if (memory) s += fmt::format(" {:>11.2f}", c.memory_per_gpu / static_cast<double>(1ull << 30));
     if (timed) s += fmt::format(" {:>10.3g} {:>11.4g}", *c.hours / 24.0, *c.gpu_hours);
     s += "\n";
   }
@@ -383,6 +397,8 @@ nlohmann::json candidates_to_json(const std::vector<Candidate>& cs, FlopAccounti
                         {"flops", c.flops},
                         {"expected_loss", c.loss},
                         {"tokens_per_param", c.tokens_per_param}};
+    j["memory_strategy"] = c.memory_strategy;
+    j["memory_per_gpu_bytes"] = c.memory_per_gpu;
     j["hours"] = c.hours ? nlohmann::json(*c.hours) : nlohmann::json(nullptr);
     j["gpu_hours"] = c.gpu_hours ? nlohmann::json(*c.gpu_hours) : nlohmann::json(nullptr);
     out.push_back(std::move(j));

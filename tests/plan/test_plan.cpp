@@ -16,6 +16,7 @@
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/train/describe.hpp"
+#include "llmtrain/distributed/memory_model.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/plan/planner.hpp"
 #include "llmtrain/plan/scaling_law.hpp"
@@ -28,13 +29,13 @@ namespace {
 
 Config load_preset(const std::string& name) {
   Config c;
-  c.load_file(testing::source_dir() + "/inputs/" + name + ".cfg");
+  c.load_file(llmtrain::testing::source_dir() + "/inputs/" + name + ".cfg");
   c.validate();
   return c;
 }
 
 std::string fixture(const std::string& name) {
-  return (fs::path(testing::source_dir()) / "tests/train/fixtures" / name).string();
+  return (fs::path(llmtrain::testing::source_dir()) / "tests/train/fixtures" / name).string();
 }
 
 // The message of the exception `f` throws as E ("" if none).
@@ -60,7 +61,7 @@ std::string write_log(const std::string& name, double params, int iters, double 
   j["eval_results"] = evals;
   j["errors"] = nlohmann::json::array();
   j["summary"] = nlohmann::json::object();
-  const auto p = testing::scratch_dir("plan") / name;
+  const auto p = llmtrain::testing::scratch_dir("plan") / name;
   std::ofstream(p) << j.dump();
   return p.string();
 }
@@ -195,6 +196,17 @@ TEST(PlanFlops, EqualDescribesForEveryFamily) {
       const std::string d = describe_model(shape, 8);
       EXPECT_NE(d.find(fmt::format("FLOPs/token  {:.4g} GFLOP", c.flops_per_token / 1e9)), std::string::npos) << d;
       EXPECT_NE(d.find(fmt::format("{:.4g} GFLOP  (6 * all", c6.flops_per_token / 1e9)), std::string::npos) << d;
+      // ... and the memory per GPU of its table (DDP row at 8 GPUs).
+      std::vector<Candidate> cs = {c};
+      plan_apply_memory(cs, 8);
+      EXPECT_EQ(cs[0].memory_strategy, "ddp");
+      const auto est = estimate_memory(m, shape.dtype, shape.batch_size, 8, m.attention_backend);
+      EXPECT_DOUBLE_EQ(cs[0].memory_per_gpu, est.front().total()) << fam;
+      EXPECT_EQ(est.front().strategy, "ddp");
+      EXPECT_NE(d.find(fmt::format("  {:<9}", "ddp")), std::string::npos) << d;
+      EXPECT_NE(d.find(fmt::format("{:>10.2f}\n", cs[0].memory_per_gpu / static_cast<double>(1ull << 30))),
+                std::string::npos)
+          << d;
     }
   }
   // The LLaMA-3 1.5B preset by hand: N_matmul = 18 (12,582,912 + 44,040,192) + 128256 x 2048.
@@ -211,13 +223,13 @@ TEST(PlanFamily, IsThePresetFileItself) {
   ASSERT_EQ(plan_family_names().size(), preset.size());
   for (const auto& [fam, file] : preset) {
     EXPECT_EQ(fs::canonical(plan_family_preset(fam)),
-              fs::canonical(fs::path(testing::source_dir()) / "inputs" / (file + ".cfg")));
+              fs::canonical(fs::path(llmtrain::testing::source_dir()) / "inputs" / (file + ".cfg")));
     const Config a = plan_family_config(fam), b = load_preset(file);
     for (const auto& k : Config::key_names()) EXPECT_EQ(a.get(k), b.get(k)) << fam << " " << k;
   }
   // LLMTRAIN_INPUTS_DIR comes first (an installed copy, or the user's own presets).
-  const auto dir = testing::scratch_dir("plan_inputs");
-  fs::copy_file(fs::path(testing::source_dir()) / "inputs/full_gpt2_1.36b.cfg", dir / "full_gpt2_1.36b.cfg",
+  const auto dir = llmtrain::testing::scratch_dir("plan_inputs");
+  fs::copy_file(fs::path(llmtrain::testing::source_dir()) / "inputs/full_gpt2_1.36b.cfg", dir / "full_gpt2_1.36b.cfg",
                 fs::copy_options::overwrite_existing);
   std::ofstream(dir / "full_gpt2_1.36b.cfg", std::ios::app) << "n_layer = 7\n";
   ::setenv("LLMTRAIN_INPUTS_DIR", dir.c_str(), 1);
@@ -348,7 +360,7 @@ TEST(PlanPreset, WrittenConfigLoadsToTheSameShape) {
   o.widths = {2048, 2560, 3072};
   const auto best = plan_search(plan_family_config("llama3"), o).candidates.front();
   const std::string text = plan_preset_text(best, "llmtrain-plan --flops 1e22 --family llama3", 16);
-  const auto p = testing::scratch_dir("plan") / "written.cfg";
+  const auto p = llmtrain::testing::scratch_dir("plan") / "written.cfg";
   std::ofstream(p) << text;
   Config c;
   c.load_file(p.string());

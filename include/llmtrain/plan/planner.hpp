@@ -65,6 +65,10 @@ struct Candidate {
   double loss = 0;                   // expected final loss
   double tokens_per_param = 0;       // D / N
   std::optional<double> hours, gpu_hours;  // at a measured speed (plan_apply_speed)
+  // Bytes per GPU under the config's strategy (use_fsdp / use_zero1 / DDP), by the
+  // memory model of --describe (plan_apply_memory).
+  std::string memory_strategy;
+  double memory_per_gpu = 0;
 };
 
 // One shape at D tokens.
@@ -115,6 +119,11 @@ MeasuredSpeed read_measured_speed(const std::string& run_log_path);
 // Wall-clock hours and GPU-hours of each candidate on `gpus` devices, each as
 // fast (in MFU-accounted FLOP/s per device) as the measured run's.
 void plan_apply_speed(std::vector<Candidate>& candidates, const MeasuredSpeed& speed, int gpus);
+
+// Fills memory_strategy / memory_per_gpu of each candidate for `gpus` ranks:
+// estimate_memory() (distributed/memory_model) with the config's dtype,
+// batch_size and attention backend, the strategy the config selects.
+void plan_apply_memory(std::vector<Candidate>& candidates, int gpus);
 
 // N (all parameters), D (tokens trained) and the final val loss of a run.
 // Throws Error (one line) when the log has no val loss at its last iteration.
