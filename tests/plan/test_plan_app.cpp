@@ -3,7 +3,9 @@
 // one-line errors for bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -80,11 +82,19 @@ TEST(PlanApp, RunLogAddsTimes) {
 }
 
 TEST(PlanApp, BadInputIsOneLine) {
+  // A run log whose training ended without an evaluation.
+  const auto dir = fs::path(llmtrain::testing::build_dir()) / "test-scratch" / "plan_app";
+  fs::create_directories(dir);
+  const auto no_eval = (dir / "no_eval.json").string();
+  std::ofstream(no_eval) << nlohmann::json{
+      {"startup_info", {{"config", {{"tokens_per_iter", 1024}}}, {"model", {{"num_params", 1e5}}}}},
+      {"training_iterations", {{{"iter", 0}}, {{"iter", 1}}}},
+      {"eval_results", nlohmann::json::array()}}.dump();
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--flops 1e15 --family llama3", "too small"},
       {"--flops 1e21 --family mistral", "vocabulary"},
       {"--flops 1e21 --config " + src("inputs/tiny_llama.cfg") + " --set vocab_size=0", "vocab_size = 0"},
-      {"--fit " + src("tests/train/fixtures/run_1gpu.json"), "no final val loss"},
+      {"--fit " + no_eval, "no final val loss"},
       {"--flops 1e21", "needs a base shape"},
       {"--tokens 1e9 --family llama3", "needs --config"},
   };
