@@ -227,6 +227,7 @@ TEST(DataPrepare, AFailedRerunLeavesTheOldDataAsItWas) {
   EXPECT_EQ(read_file(dir / "out" / "index.json"), index);
   EXPECT_NO_THROW(read_data_info(o.out_dir));
   EXPECT_TRUE(split_tokens(o.out_dir, "train") == train);
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 0 removes the partial output after the error reached every rank
   for (const auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".out."), std::string::npos) << "left behind: " << e.path();
   // A good rerun replaces it.

@@ -231,9 +231,12 @@ TEST(PlanFamily, IsThePresetFileItself) {
   }
   // LLMTRAIN_INPUTS_DIR comes first (an installed copy, or the user's own presets).
   const auto dir = llmtrain::testing::scratch_dir("plan_inputs");
-  fs::copy_file(fs::path(llmtrain::testing::source_dir()) / "inputs/full_gpt2_1.36b.cfg", dir / "full_gpt2_1.36b.cfg",
-                fs::copy_options::overwrite_existing);
-  std::ofstream(dir / "full_gpt2_1.36b.cfg", std::ios::app) << "n_layer = 7\n";
+  {  // the user's copy with another depth (a key may appear once per file)
+    std::ifstream in(fs::path(llmtrain::testing::source_dir()) / "inputs/full_gpt2_1.36b.cfg");
+    std::ofstream out(dir / "full_gpt2_1.36b.cfg", std::ios::trunc);
+    for (std::string line; std::getline(in, line);)
+      out << (line.rfind("n_layer", 0) == 0 ? std::string("n_layer = 7") : line) << "\n";
+  }
   ::setenv("LLMTRAIN_INPUTS_DIR", dir.c_str(), 1);
   const Config own = plan_family_config("gpt2");
   ::unsetenv("LLMTRAIN_INPUTS_DIR");
