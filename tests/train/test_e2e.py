@@ -284,7 +284,10 @@ elif case == "stalled_rank":
     print(rest[-2000:])
     assert p.returncode != 0, "the job ended with exit code 0"
     assert "watchdog" in rest and "rank(s) 1 did not arrive" in rest, "no watchdog message naming rank 1"
-    assert "no heartbeat" in rest, "the message does not say why rank 1 did not arrive"
+    # Why: "no heartbeat for N s" once rank 0 has heard from it, "never heard from"
+    # when it was stopped before its first heartbeat reached rank 0 (seen under a
+    # loaded CI machine); both name the cause.
+    assert "no heartbeat" in rest or "never heard from" in rest, "the message does not say why rank 1 did not arrive"
     assert elapsed < limit + 30, f"the job ended {elapsed:.1f} s after the stop, limit {limit} s"
     # The run log records the watchdog's verdict (issue 19 part 8's failed status).
     logs = glob.glob(os.path.join(work, "out", "run_*.json"))
