@@ -29,7 +29,6 @@ Usage: test_e2e.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 
