@@ -34,7 +34,10 @@
 # (124, "stopped early, resumable"). On that code the template requeues the job
 # (`scontrol requeue`); the requeued job sees SLURM_RESTART_COUNT > 0, skips the
 # variants it already finished (marker file .done) and passes --init_from=resume
-# for the interrupted one. Any other non-zero code is a failure and is not requeued.
+# for the interrupted one. Any other non-zero code is a failure and is not
+# requeued, except in a multi-node job where a node no longer answers (a node
+# lost mid-run): that job is requeued without the lost node(s) and resumes the
+# same way (llmtrain_lost_nodes).
 
 # ---- where things are -------------------------------------------------------
 _llmtrain_common_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -160,6 +163,24 @@ llmtrain_exec() {
   return "$rc"
 }
 
+# llmtrain_lost_nodes: sets LOST_NODES to the nodes of this allocation whose
+# slurmd does not start a task (comma-separated; empty when all answer) by
+# running one probe task per node (srun --overlap, bounded by
+# LLMTRAIN_NODE_PROBE_S seconds, default 60). Returns 1 if the probe could not
+# run at all.
+llmtrain_lost_nodes() {
+  LOST_NODES=""
+  local all answered n
+  all=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null) || return 1
+  [[ -n "$all" ]] || return 1
+  answered=$(timeout "${LLMTRAIN_NODE_PROBE_S:-60}" srun --overlap --nodes="$NNODES" --ntasks-per-node=1 \
+               --kill-on-bad-exit=0 printenv SLURMD_NODENAME 2>/dev/null)
+  for n in $all; do
+    grep -qx "$n" <<<"$answered" || LOST_NODES+=${LOST_NODES:+,}$n
+  done
+  return 0
+}
+
 # llmtrain_run VARIANT [llmtrain flags...]
 # Runs one llmtrain training run into $OUT_DIR/VARIANT ($OUT_DIR when VARIANT
 # is "."), with MODEL first, then ITERS/DATA_DIR, then the given flags, then
@@ -195,6 +216,17 @@ llmtrain_run() {
   elif ((rc == LLMTRAIN_REQUEUE_EXIT_CODE)) && [[ -n "${SLURM_JOB_ID:-}" ]]; then
     llmtrain_log "llmtrain stopped early with a checkpoint (exit $rc): requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"
+    exit 0
+  elif [[ -n "${SLURM_JOB_ID:-}" && "$NNODES" -gt 1 ]] && llmtrain_lost_nodes && [[ -n "$LOST_NODES" ]]; then
+    # A node of the allocation died (the ranks there are gone, the survivors
+    # ended on the watchdog or an MPI error). Requeue at once, without the dead
+    # node(s): Slurm itself notices only after SlurmdTimeout, and a job that
+    # ended FAILED before then is not requeued. The requeued job resumes from
+    # the last checkpoint on the nodes that remain.
+    llmtrain_log "node(s) $LOST_NODES of this job do not answer (llmtrain exit $rc): requeueing job $SLURM_JOB_ID without them"
+    scontrol requeue "$SLURM_JOB_ID" || llmtrain_log "scontrol requeue $SLURM_JOB_ID failed (Slurm may have requeued it on NODE_FAIL already)"
+    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$LOST_NODES" ||
+      llmtrain_log "could not exclude $LOST_NODES from the requeued job"
     exit 0
   else
     llmtrain_log "variant '$variant' failed with exit code $rc (log: $dir/console.log)"

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Exposed communication on fast and slow links, with and without overlap.
+
+Runs on the multi-node test cluster of scripts/slurm-cluster.sh: one
+jobs/strong_scaling.sbatch job per (link, overlap) pair, 2 nodes x 1 rank (DDP
+over MPI/TCP between the hosts), then one table from the run logs:
+
+  link            the node links: the veth as is, or shaped with a tc qdisc on
+                  every host's egress: "netem rate 1gbit delay 0.5ms" by default,
+                  "tbf rate 1gbit burst 128kb latency 50ms" (bandwidth only) where
+                  the kernel has no netem (CONFIG_NET_SCH_NETEM unset)
+  overlap         "buckets": gradients in buckets of --bucket-mb whose
+                  allreduces start during the backward (what llmtrain does);
+                  "one bucket": ddp_bucket_mb so large that one allreduce
+                  starts after the backward (no overlap)
+  ms/iter, exposed comm ms (communication_ms: waits not hidden), comm %
+  hidden          exposed(one bucket) - exposed(buckets): what the overlap hid
+
+and a prediction from the ring-allreduce model t = 2(W-1)/W * bytes / bw +
+2(W-1) * latency, for the measured link and for InfiniBand / NVLink.
+
+  scripts/slurm-cluster.sh start /tmp/mc
+  python3 benchmarks/slow_links.py --cluster /tmp/mc --bin build/bin --data DATA_DIR --out /tmp/slow
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MODEL = """n_layer = 4
+n_head = 4
+n_embd = 256
+block_size = 128
+batch_size = 4
+device = cpu
+dtype = float32
+attention_backend = manual
+eval_interval = 100000
+eval_iters = 1
+log_interval = 1
+warmup_iters = 2
+lr_decay_iters = 1000
+warmup_report_iters = 2
+"""
+
+TINY = MODEL.replace("n_layer = 4", "n_layer = 2").replace("n_head = 4", "n_head = 2") \
+            .replace("n_embd = 256", "n_embd = 64").replace("block_size = 128", "block_size = 64")
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, text=True, **kw)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cluster", required=True, help="STATE_DIR of a running scripts/slurm-cluster.sh cluster")
+    ap.add_argument("--bin", required=True, help="directory with llmtrain")
+    ap.add_argument("--data", required=True, help="token shards (llmtrain-prepare, byte tokenizer)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--link", default="netem rate 1gbit delay 0.5ms", help="tc qdisc of the slow link")
+    ap.add_argument("--fallback-link", default="tbf rate 1gbit burst 128kb latency 50ms",
+                    help="used when --link cannot be installed (no netem in the kernel)")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--model", choices=["small", "tiny"], default="small",
+                    help="small: 4 layers d256 (3.4M parameters); tiny: 2 layers d64 (the tests)")
+    ap.add_argument("--bucket-mb", type=float, default=0, help="bucket size of the overlapped runs (0: gradients / 8)")
+    ap.add_argument("--check", action="store_true",
+                    help="fail unless the slow link costs more exposed communication than the fast one")
+    a = ap.parse_args()
+
+    tool = os.path.join(ROOT, "scripts", "slurm-cluster.sh")
+    os.makedirs(os.path.join(a.out, "logs"), exist_ok=True)
+    cfg = os.path.join(a.out, f"{a.model}.cfg")
+    with open(cfg, "w") as f:
+        f.write(MODEL if a.model == "small" else TINY)
+    env = dict(os.environ, LLMTRAIN_BIN=a.bin, LLMTRAIN_ROOT=ROOT, DATA_DIR=a.data, MODEL=cfg,
+               ITERS=str(a.iters), LLMTRAIN_LAUNCHER="srun", OMP_NUM_THREADS="1", LLMTRAIN_PROGRESS="off",
+               GLOBAL_BATCH="8", BATCH_SIZE="4")
+
+    def run(link, overlap, bucket_mb):
+        study = os.path.join(a.out, f"{'slow' if link else 'fast'}_{overlap.replace(' ', '_')}")
+        e = dict(env, STUDY_DIR=study, EXTRA_ARGS=f"--ddp_bucket_mb={bucket_mb:g}")
+        p = subprocess.run([tool, "exec", a.cluster, "sbatch", "--wait", "--parsable", "--nodes=2",
+                            "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1", "--time=10",
+                            os.path.join(ROOT, "jobs", "strong_scaling.sbatch")],
+                           cwd=a.out, env=e, text=True, capture_output=True)
+        if p.returncode != 0:
+            sys.exit(f"slow_links: job ({link or 'fast'}, {overlap}) failed: {p.stdout}{p.stderr}")
+        logs = sorted(glob.glob(os.path.join(study, "ws0002", "run_*.json")))
+        log = json.load(open(logs[-1]))
+        recs = log["training_iterations"][2:]
+        dt = statistics.median(r["dt_ms"] for r in recs)
+        comm = statistics.median(r.get("communication_ms", 0.0) for r in recs)
+        cfg_ = log["startup_info"]["config"]
+        assert cfg_["num_nodes"] == 2, cfg_["num_nodes"]
+        return dt, comm, log
+
+    # One fast run first, to learn the gradient size (fp32 parameters).
+    rows = []
+    probe_dt, probe_comm, log = run("", "one bucket", 1e6)
+    n_params = log["startup_info"]["model"]["num_params"]
+    grad_mb = 4 * n_params / 2**20
+    bucket_mb = a.bucket_mb or max(grad_mb / 8, 0.01)
+    rows.append(("fast (veth)", "one bucket", probe_dt, probe_comm))
+    try:
+        dt, comm, _ = run("", "buckets", bucket_mb)
+        rows.append(("fast (veth)", f"buckets of {bucket_mb:.2g} MiB", dt, comm))
+        link = a.link
+        if subprocess.run([tool, "shape", a.cluster, link], stdout=subprocess.DEVNULL).returncode != 0:
+            print(f"slow_links: '{link}' cannot be installed here; using '{a.fallback_link}' (no added latency)")
+            link = a.fallback_link
+            sh([tool, "shape", a.cluster, link], stdout=subprocess.DEVNULL)
+        label = " ".join(link.split()[:5]) if link.startswith("netem") else f"tbf {link.split()[2]}"
+        for overlap, mb in (("one bucket", 1e6), ("buckets", bucket_mb)):
+            dt, comm, _ = run(link, overlap, mb)
+            rows.append((label, overlap if mb > 1e5 else f"buckets of {bucket_mb:.2g} MiB", dt, comm))
+    finally:
+        subprocess.run([tool, "shape", a.cluster, "clear"], stdout=subprocess.DEVNULL)
+
+    print(f"\nDDP, 2 nodes x 1 rank, {n_params:,} parameters ({grad_mb:.1f} MiB fp32 gradients), "
+          f"medians of {a.iters - 2} iterations")
+    print(f"{'link':<26} {'overlap':<22} {'ms/iter':>9} {'exposed ms':>11} {'comm %':>7} {'hidden ms':>10}")
+    for i, (link, ov, dt, comm) in enumerate(rows):
+        hidden = ""
+        if i % 2 == 1:
+            hidden = f"{rows[i - 1][3] - comm:.1f}"
+        print(f"{link:<26} {ov:<22} {dt:>9.1f} {comm:>11.1f} {100 * comm / dt:>7.1f} {hidden:>10}")
+
+    # Ring allreduce model, W = 2: each rank sends and receives 2(W-1)/W x bytes.
+    W, nbytes = 2, 4 * n_params
+    vol = 2 * (W - 1) / W * nbytes
+
+    def predict(bw_bytes_s, lat_s):
+        return 1e3 * (vol / bw_bytes_s + 2 * (W - 1) * lat_s)
+
+    print(f"\nring-allreduce model, W = {W}, {vol / 2**20:.1f} MiB sent per rank:")
+    lat = 0.5e-3 if link.startswith("netem") and "delay" in link else 35e-6  # veth: ~0.07 ms round trip
+    print(f"  1 Gbit/s, {lat * 1e3:g} ms one way (the slow link): {predict(1e9 / 8, lat):.1f} ms "
+          f"(measured without overlap: {rows[2][3]:.1f} ms exposed)")
+    print(f"  InfiniBand NDR 400 Gbit/s, 2 us:          {predict(45e9, 2e-6):.3f} ms")
+    print(f"  NVLink 4 (360 GB/s bus bandwidth), 1 us:  {predict(360e9, 1e-6):.4f} ms")
+    with open(os.path.join(a.out, "slow_links.json"), "w") as f:
+        json.dump({"params": n_params, "rows": [dict(link=r[0], overlap=r[1], ms_per_iter=r[2], exposed_ms=r[3])
+                                                 for r in rows]}, f, indent=1)
+    if a.check:
+        fast_one, slow_one = rows[0][3], rows[2][3]
+        if not slow_one > fast_one:
+            sys.exit(f"slow_links: the slow link's exposed communication ({slow_one:.2f} ms) is not above the "
+                     f"fast link's ({fast_one:.2f} ms)")
+        print(f"ok: exposed communication without overlap {fast_one:.2f} ms (fast) -> {slow_one:.2f} ms (slow link)")
+
+
+if __name__ == "__main__":
+    main()
