@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """llmtrain against PyTorch on the same LibTorch, side by side in one call.
 
-For each preset x dtype it runs llmtrain (1 rank), PyTorch eager and PyTorch +
-torch.compile (benchmarks/python_reference.py, the same model written plainly)
-alternately, A B C A B C ..., with the same threads, the same synthetic GPT-2
+For each preset x dtype it runs llmtrain (1 rank; plain, and compile=True: the
+fused LM head + cross-entropy), PyTorch eager and PyTorch + torch.compile
+(benchmarks/python_reference.py, the same model written plainly) alternately,
+A B C D A B C D ..., with the same threads, the same synthetic GPT-2
 token ids and the same global batch, and prints one table: median ms/step
 (median over rounds of each run's median over its timed steps, warm-up
 excluded), tokens/s, peak RSS (the process's max resident set, measured the same
-way for all three: GNU time's %M) and the ratios. Then llmtrain's scaling on
+way for all: GNU time's %M) and the ratios. Then llmtrain's scaling on
 this machine: 1 rank x 2 threads against 2 ranks x 1 thread on the same global
 batch, and weak scaling 1 -> 2 ranks (1 thread each).
 
@@ -64,13 +65,15 @@ def make_data(build, data_dir, python, log):
     return h5
 
 
-def llmtrain_cmd(a, preset, dtype, h5, out, ranks, threads, batch):
+def llmtrain_cmd(a, preset, dtype, h5, out, ranks, threads, batch, fused=False):
     exe = os.path.join(a.build, "bin", "llmtrain")
     args = [exe, os.path.join(ROOT, preset), f"--data_dir={h5}", f"--dtype={dtype}", f"--num_threads={threads}",
             f"--max_iters={a.warmup + a.iters}", f"--warmup_report_iters={a.warmup}", f"--out_dir={out}",
             "--eval_interval=100000", "--eval_iters=1", "--device=cpu"]
     if batch:
         args.append(f"--batch_size={batch}")
+    if fused:
+        args.append("--compile=True")
     return (["mpiexec", "-n", str(ranks), "--bind-to", "none"] + args) if ranks > 1 else args
 
 
@@ -110,17 +113,21 @@ def main():
                                    capture_output=True, text=True).stdout.strip()
     work = tempfile.mkdtemp(prefix="compare_pytorch_")
     rows, raw = [], []
-    impls = ["llmtrain", "pytorch_eager", "pytorch_compile"]
+    # llmtrain: the plain path; llmtrain_fused: compile=True (LM head + cross-entropy
+    # fused in chunks), what the targets are measured with.
+    impls = ["llmtrain", "llmtrain_fused", "pytorch_eager", "pytorch_compile"]
     for name in a.configs.split(","):
         preset = PRESETS.get(name, name)
         for dtype in a.dtypes.split(","):
             res = {i: [] for i in impls}
             for r in range(a.rounds):
-                order = impls[r % 3:] + impls[:r % 3]  # rotate who goes first
+                k = r % len(impls)
+                order = impls[k:] + impls[:k]  # rotate who goes first
                 for impl in order:
-                    if impl == "llmtrain":
+                    if impl.startswith("llmtrain"):
                         out = os.path.join(work, f"{name}_{dtype}_{r}")
-                        _, rss = run_timed(llmtrain_cmd(a, preset, dtype, h5, out, 1, a.threads, 0), env, log)
+                        _, rss = run_timed(llmtrain_cmd(a, preset, dtype, h5, out, 1, a.threads, 0,
+                                                        fused=impl == "llmtrain_fused"), env, log)
                         m = llmtrain_result(out)
                         shutil.rmtree(out, ignore_errors=True)
                         m.update(peak_rss_mb=rss, startup_s=None)
@@ -144,15 +151,16 @@ def main():
                              max(x["peak_rss_mb"] for x in res[i]),
                              statistics.median(x["startup_s"] for x in res[i]) if res[i][0].get("startup_s")
                              is not None else None,
-                             med["llmtrain"] / med[i] if i != "llmtrain" else None))
+                             med["llmtrain_fused"] / med[i] if i != "llmtrain_fused" else None))
     print(f"\nllmtrain vs PyTorch {torch_version} on CPU: {a.threads} threads, {a.rounds} alternating rounds, "
           f"{a.iters} timed steps after {a.warmup} warm-up per run; medians")
     print(f"{'config':<12} {'dtype':<9} {'impl':<16} {'ms/step':>9} {'tokens/s':>9} {'peak RSS MB':>11} "
-          f"{'start s':>8} {'llmtrain/this':>13}")
+          f"{'start s':>8} {'fused/this':>13}")
     for n, d, i, ms, tps, rss, st, ratio in rows:
         print(f"{n:<12} {d:<9} {i:<16} {ms:>9.1f} {tps:>9.0f} {rss:>11.0f} "
               f"{'' if st is None else f'{st:.1f}':>8} {'' if ratio is None else f'{ratio:.2f}':>13}")
-    print("(start s: time of the warm-up steps beyond timed steps, i.e. what torch.compile costs)")
+    print("(start s: time of the warm-up steps beyond timed steps, i.e. what torch.compile costs; "
+          "fused/this: llmtrain compile=True's ms/step over this row's, < 1 = llmtrain faster)")
 
     if not a.no_scaling:
         name = a.configs.split(",")[0]

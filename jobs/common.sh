@@ -36,8 +36,8 @@
 # variants it already finished (marker file .done) and passes --init_from=resume
 # for the interrupted one. Any other non-zero code is a failure and is not
 # requeued, except in a multi-node job where a node no longer answers (a node
-# lost mid-run): that job is requeued without the lost node(s) and resumes the
-# same way (llmtrain_lost_nodes).
+# lost mid-run): that job is requeued too and resumes the same way on the
+# nodes that remain (llmtrain_lost_nodes).
 
 # ---- where things are -------------------------------------------------------
 _llmtrain_common_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -166,8 +166,10 @@ llmtrain_exec() {
 # llmtrain_lost_nodes: sets LOST_NODES to the nodes of this allocation whose
 # slurmd does not start a task (comma-separated; empty when all answer) by
 # running one probe task per node (srun --overlap, bounded by
-# LLMTRAIN_NODE_PROBE_S seconds, default 60). Returns 1 if the probe could not
-# run at all.
+# LLMTRAIN_NODE_PROBE_S seconds, default 60). Returns 1, LOST_NODES empty, when
+# the probe tells nothing: no task started anywhere, not even on this batch
+# node, which is alive (the job is being ended, e.g. Slurm's own NODE_FAIL
+# handling, which requeues it by itself).
 llmtrain_lost_nodes() {
   LOST_NODES=""
   local all answered n
@@ -175,7 +177,9 @@ llmtrain_lost_nodes() {
   [[ -n "$all" ]] || return 1
   answered=$(timeout "${LLMTRAIN_NODE_PROBE_S:-60}" srun --overlap --nodes="$NNODES" --ntasks-per-node=1 \
                --kill-on-bad-exit=0 printenv SLURMD_NODENAME 2>/dev/null)
+  [[ -n "$answered" ]] || return 1
   for n in $all; do
+    [[ "$n" == "${SLURMD_NODENAME:-}" ]] && continue
     grep -qx "$n" <<<"$answered" || LOST_NODES+=${LOST_NODES:+,}$n
   done
   return 0
@@ -219,14 +223,13 @@ llmtrain_run() {
     exit 0
   elif [[ -n "${SLURM_JOB_ID:-}" && "$NNODES" -gt 1 ]] && llmtrain_lost_nodes && [[ -n "$LOST_NODES" ]]; then
     # A node of the allocation died (the ranks there are gone, the survivors
-    # ended on the watchdog or an MPI error). Requeue at once, without the dead
-    # node(s): Slurm itself notices only after SlurmdTimeout, and a job that
-    # ended FAILED before then is not requeued. The requeued job resumes from
-    # the last checkpoint on the nodes that remain.
-    llmtrain_log "node(s) $LOST_NODES of this job do not answer (llmtrain exit $rc): requeueing job $SLURM_JOB_ID without them"
+    # ended on the watchdog or an MPI error). Requeue now: Slurm notices the
+    # node only after SlurmdTimeout, and a job that has ended FAILED by then is
+    # not requeued. The requeued job stays COMPLETING until Slurm declares the
+    # node DOWN (it cannot confirm the end of the job there), then runs on
+    # nodes that remain and resumes from the last checkpoint.
+    llmtrain_log "node(s) $LOST_NODES of this job do not answer (llmtrain exit $rc): requeueing job $SLURM_JOB_ID; it runs again, without them, once Slurm has declared them DOWN"
     scontrol requeue "$SLURM_JOB_ID" || llmtrain_log "scontrol requeue $SLURM_JOB_ID failed (Slurm may have requeued it on NODE_FAIL already)"
-    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$LOST_NODES" ||
-      llmtrain_log "could not exclude $LOST_NODES from the requeued job"
     exit 0
   else
     llmtrain_log "variant '$variant' failed with exit code $rc (log: $dir/console.log)"

@@ -11,10 +11,11 @@
 # on or sends to an address outside these namespaces. Files (config, state,
 # spools, logs, pid files, munge key) all live under STATE_DIR.
 #
-#   start STATE_DIR [--nodes N] [--cpus C]
+#   start STATE_DIR [--nodes N] [--cpus C] [--slurmd-timeout S]
 #         N hosts node1..nodeN (default 3) with C CPUs each (default 2), on
 #         10.77.0.11.. behind the login host 10.77.0.1; waits until every node
-#         is idle.
+#         is idle. A node that stops answering is DOWN after S seconds
+#         (SlurmdTimeout, default 10; Slurm's own default is 300).
 #   stop STATE_DIR          stops every process of the cluster's namespaces and
 #                           deletes the namespaces.
 #   status STATE_DIR        sinfo + squeue.
@@ -101,11 +102,12 @@ do_stop() {
 }
 
 do_start() {
-  local nnodes=3 cpus=2
+  local nnodes=3 cpus=2 slurmd_timeout=10
   while (($#)); do
     case "$1" in
       --nodes) nnodes=${2:?--nodes needs a number}; shift 2 ;;
       --cpus) cpus=${2:?--cpus needs a number}; shift 2 ;;
+      --slurmd-timeout) slurmd_timeout=${2:?--slurmd-timeout needs seconds}; shift 2 ;;
       *) die "unknown option '$1'" ;;
     esac
   done
@@ -190,7 +192,7 @@ ReturnToService=2
 # A node that stops answering is declared DOWN after SlurmdTimeout; its jobs
 # then end with NODE_FAIL (and are requeued when they asked for --requeue).
 SlurmctldTimeout=30
-SlurmdTimeout=10
+SlurmdTimeout=$slurmd_timeout
 MessageTimeout=5
 MinJobAge=600
 KillWait=5

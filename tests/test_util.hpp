@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "llmtrain/core/config.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 
 namespace llmtrain::testing {
@@ -28,6 +29,14 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
            (name + "_w" + std::to_string(runtime().world_size()));
   std::filesystem::create_directories(p);
   return p;
+}
+
+// inputs/<name>.cfg, loaded and validated.
+inline Config load_preset(const std::string& name) {
+  Config c;
+  c.load_file(source_dir() + "/inputs/" + name + ".cfg");
+  c.validate();
+  return c;
 }
 
 }  // namespace llmtrain::testing

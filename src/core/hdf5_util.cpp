@@ -41,4 +41,10 @@ H5Id make_mpio_fapl(MPI_Comm comm) {
   return fapl;
 }
 
+void write_int64_attr(hid_t obj, const char* name, int64_t v) {
+  H5Id space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Id a(H5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5_CHECK(H5Awrite(a, H5T_NATIVE_INT64, &v));
+}
+
 }  // namespace llmtrain::h5

@@ -36,5 +36,7 @@ class H5Id {
 void quiet_hdf5_once();
 // File access list for the MPI-IO driver on `comm`.
 H5Id make_mpio_fapl(MPI_Comm comm);
+// A scalar little-endian int64 attribute `name` on `obj` (a file, group or dataset).
+void write_int64_attr(hid_t obj, const char* name, int64_t v);
 
 }  // namespace llmtrain::h5

@@ -75,12 +75,6 @@ std::string read_string_attr(hid_t obj, const char* name, const std::string& pat
   return buf;
 }
 
-void write_int_attr(hid_t obj, const char* name, int64_t v) {
-  H5Id space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Id a(H5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
-  H5_CHECK(H5Awrite(a, H5T_NATIVE_INT64, &v));
-}
-
 // Fixed-length, NUL-terminated: no heap objects, so the bytes are deterministic.
 void write_string_attr(hid_t obj, const char* name, const std::string& v) {
   H5Id space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
@@ -207,11 +201,11 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     H5Id dset(H5_CHECK(H5Dcreate2(file.id, kTokensDataset, file_type, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)),
               H5Dclose);
     // Attributes are metadata: every rank of `comm` writes the same values.
-    write_int_attr(dset, "format_version", kFormatVersion);
-    write_int_attr(dset, "vocab_size", meta.vocab_size);
-    write_int_attr(dset, "eos_id", meta.eos_id);
-    write_int_attr(dset, "num_tokens", n);
-    write_int_attr(dset, "shard_index", s);
+    h5::write_int64_attr(dset, "format_version", kFormatVersion);
+    h5::write_int64_attr(dset, "vocab_size", meta.vocab_size);
+    h5::write_int64_attr(dset, "eos_id", meta.eos_id);
+    h5::write_int64_attr(dset, "num_tokens", n);
+    h5::write_int64_attr(dset, "shard_index", s);
     write_string_attr(dset, "tokenizer", meta.tokenizer);
     write_string_attr(dset, "tokenizer_hash", meta.tokenizer_hash);
     write_string_attr(dset, "split", split);

@@ -25,10 +25,12 @@
 
 namespace llmtrain {
 
-std::string check_launch(int world_size, const std::function<const char*(const char*)>& env) {
+std::string check_launch(int world_size, int rank, const std::function<const char*(const char*)>& env) {
   const char* skip = env("LLMTRAIN_SKIP_SLURM_CHECK");
   if (skip && std::string(skip) == "1") return "";
   if (!env("SLURM_JOB_ID")) return "";
+  const char* procid = env("SLURM_PROCID");
+  if (world_size > 1 && procid && std::atoi(procid) != rank) return "";
   const char* ntasks = env("SLURM_NTASKS");
   if (!ntasks) ntasks = env("SLURM_NPROCS");
   if (!ntasks) return "";
@@ -88,7 +90,7 @@ Runtime::Runtime(int& argc, char**& argv) {
   hostname_ = host;
   watchdog_ = std::make_unique<Watchdog>(rank_, world_size_, provided >= MPI_THREAD_MULTIPLE);
 
-  const std::string launch = check_launch(world_size_, [](const char* k) { return std::getenv(k); });
+  const std::string launch = check_launch(world_size_, rank_, [](const char* k) { return std::getenv(k); });
   if (!launch.empty()) throw Error(launch);
   listener_ = std::make_unique<FailureListener>(rank_);
   // A watchdog timeout is a failure like any other: into the run log before the abort.
@@ -166,8 +168,9 @@ std::string Runtime::device_name() const {
   return "cpu (" + cpu_model() + ")";
 }
 
-std::vector<std::string> Runtime::all_device_names() const {
-  const std::string mine = device_name();
+namespace {
+// Every rank's `mine`, in rank order (collective).
+std::vector<std::string> allgather_strings(const std::string& mine, int world_size_) {
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(world_size_), offsets(world_size_, 0);
   MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD));
@@ -179,6 +182,10 @@ std::vector<std::string> Runtime::all_device_names() const {
   for (int r = 0; r < world_size_; ++r) names.push_back(all.substr(offsets[r], lens[r]));
   return names;
 }
+}  // namespace
+
+std::vector<std::string> Runtime::all_device_names() const { return allgather_strings(device_name(), world_size_); }
+std::vector<std::string> Runtime::all_hostnames() const { return allgather_strings(hostname_, world_size_); }
 
 void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 

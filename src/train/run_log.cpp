@@ -125,6 +125,7 @@ nlohmann::json make_startup_info(const Config& config, const ModelConfig& model,
   cfg["world_size"] = env.world_size;
   cfg["num_nodes"] = env.num_nodes;
   cfg["hostname"] = env.hostname;
+  cfg["hostnames"] = env.hostnames;
   // Accumulation is per rank (docs/architecture.md); the seeds' name for that figure.
   cfg["gradient_accumulation_steps_per_gpu"] = config.gradient_accumulation_steps;
   cfg["global_batch_size"] = config.global_batch_sequences(env.world_size);

@@ -47,6 +47,7 @@ RunSummary summarize_run_log(const nlohmann::json& log, const std::string& path,
   const auto& iters = section(log, "training_iterations", path);
   if (!iters.is_array()) throw Error(fmt::format("run log '{}': training_iterations is not an array", path));
   r.world_size = value_or<int>(cfg, "world_size", 1);
+  r.num_nodes = value_or<int>(cfg, "num_nodes", 1);
   r.batch_size = value_or<int64_t>(cfg, "batch_size", 0);
   r.grad_accum = value_or<int64_t>(cfg, "gradient_accumulation_steps_per_gpu",
                                    value_or<int64_t>(cfg, "gradient_accumulation_steps", 0));
@@ -174,18 +175,22 @@ std::string format_scaling_table(const std::vector<RunSummary>& runs) {
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return runs[a].world_size < runs[b].world_size; });
   std::string s = fmt::format(
-      "scaling relative to the smallest run (strong: same global tokens/iter; weak: same tokens/iter per GPU)\n"
-      "{:<44} {:>5} {:>10} {:>12} {:>8} {:>10} {:>8}\n",
-      "config", "GPUs", "tok/iter", "tokens/s", "speedup", "strong %", "weak %");
+      "scaling relative to the smallest run (strong: same global tokens/iter; weak: same tokens/iter per GPU);\n"
+      "comm ms = exposed communication per iteration (waits on collectives not hidden behind compute)\n"
+      "{:<44} {:>5} {:>5} {:>10} {:>12} {:>8} {:>10} {:>8} {:>9} {:>7}\n",
+      "config", "GPUs", "nodes", "tok/iter", "tokens/s", "speedup", "strong %", "weak %", "comm ms", "comm %");
   for (size_t i : order) {
     const auto& e = eff[i];
     auto pct = [&e](const char* key) {
       const auto it = e.find(key);
       return it != e.end() && it->is_number() ? fmt::format("{:.1f}", 100.0 * it->get<double>()) : std::string("n/a");
     };
-    s += fmt::format("{:<44} {:>5} {:>10} {:>12.0f} {:>8.2f} {:>10} {:>8}\n", runs[i].label, runs[i].world_size,
-                     runs[i].tokens_per_iter, e["tokens_per_sec"].get<double>(), e["speedup"].get<double>(),
-                     pct("strong_efficiency"), pct("weak_efficiency"));
+    const double dt = sum_num(runs[i].summary, "mean_dt_ms");
+    const double comm = sum_num(runs[i].summary, "mean_communication_ms");
+    s += fmt::format("{:<44} {:>5} {:>5} {:>10} {:>12.0f} {:>8.2f} {:>10} {:>8} {:>9.2f} {:>7.1f}\n", runs[i].label,
+                     runs[i].world_size, runs[i].num_nodes, runs[i].tokens_per_iter, e["tokens_per_sec"].get<double>(),
+                     e["speedup"].get<double>(), pct("strong_efficiency"), pct("weak_efficiency"), comm,
+                     dt > 0 ? 100.0 * comm / dt : 0.0);
   }
   return s;
 }

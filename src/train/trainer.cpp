@@ -146,6 +146,7 @@ struct Trainer::Impl {
     env.world_size = rt.world_size();
     env.num_nodes = rt.num_nodes();
     env.hostname = rt.hostname();
+    env.hostnames = rt.all_hostnames();
     env.device_names = rt.all_device_names();
     env.device_type = device.is_cuda() ? "cuda" : "cpu";
     env.threads_per_rank = rt.num_threads();

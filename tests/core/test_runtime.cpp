@@ -32,15 +32,28 @@ TEST(Runtime, SlurmSingletonLaunchIsRefused) {
     auto it = env.find(k);
     return it == env.end() ? nullptr : it->second.c_str();
   };
-  const std::string msg = llmtrain::check_launch(1, get);
+  const std::string msg = llmtrain::check_launch(1, 0, get);
   EXPECT_NE(msg.find("singletons"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--mpi=pmix"), std::string::npos) << msg;
-  EXPECT_EQ(llmtrain::check_launch(4, get), "");
-  EXPECT_NE(llmtrain::check_launch(2, get), "");
+  EXPECT_EQ(llmtrain::check_launch(4, 0, get), "");
+  EXPECT_NE(llmtrain::check_launch(2, 0, get), "");
   env["LLMTRAIN_SKIP_SLURM_CHECK"] = "1";
-  EXPECT_EQ(llmtrain::check_launch(1, get), "");
+  EXPECT_EQ(llmtrain::check_launch(1, 0, get), "");
+  env.erase("LLMTRAIN_SKIP_SLURM_CHECK");
+  // mpirun across nodes: a rank on another node was started by an orted that
+  // Slurm ran as task 0 of a one-task step; that step's SLURM_NTASKS=1 says
+  // nothing about the ranks. Rank 0 (the batch shell's task) still checks.
+  env["SLURM_NTASKS"] = "1";
+  env["SLURM_PROCID"] = "0";
+  EXPECT_EQ(llmtrain::check_launch(2, 1, get), "");
+  EXPECT_NE(llmtrain::check_launch(2, 0, get), "");
+  env["SLURM_NTASKS"] = "2";
+  EXPECT_EQ(llmtrain::check_launch(2, 0, get), "");
+  // srun without --mpi: singletons are rank 0 of world 1 whatever their task id.
+  env["SLURM_PROCID"] = "1";
+  EXPECT_NE(llmtrain::check_launch(1, 0, get), "");
   env.clear();
-  EXPECT_EQ(llmtrain::check_launch(3, get), "");  // not under Slurm
+  EXPECT_EQ(llmtrain::check_launch(3, 0, get), "");  // not under Slurm
 }
 
 TEST(Runtime, CheckMacrosNameCallFileAndRank) {

@@ -26,12 +26,7 @@ using llmtrain::Transformer;
 
 namespace {
 
-Config load_preset(const std::string& name) {
-  Config c;
-  c.load_file(llmtrain::testing::source_dir() + "/inputs/" + name + ".cfg");
-  c.validate();
-  return c;
-}
+using llmtrain::testing::load_preset;
 
 ModelConfig preset_model(const std::string& name) { return ModelConfig::from_config(load_preset(name), 0); }
 

@@ -27,12 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Config load_preset(const std::string& name) {
-  Config c;
-  c.load_file(llmtrain::testing::source_dir() + "/inputs/" + name + ".cfg");
-  c.validate();
-  return c;
-}
+using llmtrain::testing::load_preset;
 
 std::string fixture(const std::string& name) {
   return (fs::path(llmtrain::testing::source_dir()) / "tests/train/fixtures" / name).string();

@@ -14,8 +14,9 @@
 #      the bucketed overlap, on fast and slow links; the slow link must cost more
 #   4. a node lost mid-run: a 2-node x 2-rank tier1 job (checkpoint every 50
 #      iterations) loses node2 as a machine loses power (link down, every
-#      process SIGKILLed); every surviving rank exits (watchdog), the job is
-#      requeued without node2, resumes from its last checkpoint on node1+node3,
+#      process SIGKILLed); every surviving rank exits (watchdog), the template
+#      finds node2 dead and requeues the job, which runs again once Slurm has
+#      declared node2 DOWN, resumes from its last checkpoint on node1+node3,
 #      and its losses equal an uninterrupted 4-rank run's, iteration for
 #      iteration. Prints the time from the death to the resumed job's first
 #      iteration.
@@ -43,7 +44,11 @@ cluster=$work/cluster
 rm -rf "$work"
 mkdir -p "$work/logs"
 
-"$S" start "$cluster" --nodes 3 --cpus 2
+# SlurmdTimeout 60 s > the jobs' collective_timeout_s: a lost node is found by
+# the template (watchdog, probe, requeue without it) before Slurm declares it
+# DOWN, as on clusters where SlurmdTimeout is minutes. (With Slurm first, the
+# job ends NODE_FAIL and --requeue requeues it: the same resume follows.)
+"$S" start "$cluster" --nodes 3 --cpus 2 --slurmd-timeout 60
 rc=$?
 ((rc == 77)) && skip "no multi-node Slurm on this machine (see the message above)"
 ((rc == 0)) || fail "could not start the test cluster (exit $rc)"
@@ -133,7 +138,9 @@ assert len(set(ca["hostnames"])) == 1, ca["hostnames"]
 print(f"ok: {len(la)} losses and val loss {vb:.6f} equal on 1 node ({ca['hostnames']}) and 2 nodes ({cb['hostnames']})")
 PY
 }
-for case in "ddp mpirun" "zero1 srun --use_zero1=True" "fsdp mpirun --use_fsdp=True"; do
+# LLMTRAIN_MULTINODE_ONLY_LOSS=1 (for work on part 4): skip parts 2 and 3.
+[[ "${LLMTRAIN_MULTINODE_ONLY_LOSS:-0}" == 1 ]] && cases=() || cases=("ddp mpirun" "zero1 srun --use_zero1=True" "fsdp mpirun --use_fsdp=True")
+for case in "${cases[@]}"; do
   read -r name launcher flags <<<"$case"
   for layout in "1 2" "2 1"; do
     read -r nn tpn <<<"$layout"
@@ -154,6 +161,7 @@ done
 
 # ---- 3. slow links ---------------------------------------------------------------
 note "slow links: benchmarks/slow_links.py (1 Gbit/s)"
+[[ "${LLMTRAIN_MULTINODE_ONLY_LOSS:-0}" == 1 ]] ||
 python3 "$src/benchmarks/slow_links.py" --cluster "$cluster" --bin "$bin" --data "$DATA_DIR" \
   --out "$work/out/slow_links" --iters 12 --check || fail "slow-link study failed"
 
@@ -209,7 +217,7 @@ log=$(joblog "$lost")
 nodes_after=$(jobfield "$lost" NodeList)
 [[ "$nodes_after" == "node[1,3]" ]] || { show_log "$lost"; fail "the requeued job ran on $nodes_after, expected node[1,3]"; }
 grep -q "resumed from $lost_dir/checkpoints/ckpt_" "$log" || { show_log "$lost"; fail "the requeued run did not resume from a checkpoint"; }
-grep -q "node(s) node2 of this job do not answer\|DUE TO NODE FAILURE" "$log" ||
+grep -q "node(s) node2 of this job do not answer (llmtrain exit [0-9]*): requeueing job $lost" "$log" ||
   { show_log "$lost"; fail "job $lost did not say that node2 was lost"; }
 python3 - "$ref_dir" "$lost_dir" "$LONG" "$t_death" "$t_exit" "$t_requeue" "$t_first" <<'PY' || { show_log "$lost"; fail "the resumed job is not the uninterrupted job"; }
 import glob, json, sys
@@ -234,9 +242,10 @@ assert start % 50 == 0 and 100 <= start <= n_first and start + len(got) == iters
 assert got == ref[start:], ("resumed losses differ from the reference first at iteration "
                             f"{start + next(i for i, (x, y) in enumerate(zip(got, ref[start:])) if x != y)}")
 print(f"ok: node2 died after iteration {n_first - 1}; the surviving ranks were gone {t_exit - t_death:.1f} s later "
-      f"(watchdog); the job was requeued without node2 {t_requeue - t_death:.1f} s after the death, resumed at "
-      f"iteration {start} on node1+node3, its first iteration {t_first - t_death:.1f} s after the death "
-      f"(Slurm's requeue hold released at once); its {len(got)} losses equal the uninterrupted run's")
+      f"(watchdog); the job was pending again {t_requeue - t_death:.1f} s after the death (once Slurm had declared "
+      f"node2 DOWN: SlurmdTimeout 60 s), resumed at iteration {start} on node1+node3, its first iteration "
+      f"{t_first - t_death:.1f} s after the death (Slurm's requeue hold released at once); its {len(got)} losses "
+      f"equal the uninterrupted run's")
 PY
 
 echo "PASS: multi-node Slurm checks"

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -80,6 +82,21 @@ TEST(Report, ComparisonBudgetAndScalingTables) {
   EXPECT_NE(scaling.find("93.8"), std::string::npos) << scaling;
   // Sorted by GPUs: the 1-GPU line comes first.
   EXPECT_LT(scaling.find(" 1 "), scaling.find(" 8 ")) << scaling;
+  // Exposed communication: the fixtures spend 5% of every iteration waiting on
+  // collectives (communication_ms / dt_ms; 8 GPUs: 18.72 of 374.49 ms).
+  EXPECT_NE(scaling.find("comm ms"), std::string::npos) << scaling;
+  std::istringstream lines(scaling);
+  int rows_with_comm = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream f(line);
+    std::vector<std::string> w{std::istream_iterator<std::string>(f), std::istream_iterator<std::string>()};
+    if (w.size() >= 10 && (w[1] == "1" || w[1] == "2" || w[1] == "8")) {
+      EXPECT_EQ(w.back(), "5.0") << line;
+      if (w[1] == "8") EXPECT_EQ(w[w.size() - 2], "18.72") << line;
+      ++rows_with_comm;
+    }
+  }
+  EXPECT_EQ(rows_with_comm, 3) << scaling;
 }
 
 TEST(Report, SelfCheckFiresOnAnInconsistentLog) {

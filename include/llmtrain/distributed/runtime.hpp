@@ -40,6 +40,8 @@ class Runtime {
   std::string device_name() const;  // "cpu (AMD EPYC ...)" or the GPU name
   // device_name() of every rank, in rank order (collective: every rank calls it).
   std::vector<std::string> all_device_names() const;
+  // hostname() of every rank, in rank order (collective).
+  std::vector<std::string> all_hostnames() const;
 
   void barrier() const;
   // This rank's watchdog (distributed/watchdog.hpp): started by the trainer with
@@ -74,8 +76,13 @@ class Runtime {
 // Checks that MPI's world size matches the Slurm allocation: SLURM_NTASKS ranks
 // started as SLURM_NTASKS singletons of world size 1 (srun without --mpi=pmix)
 // is refused with an explanation. Returns an empty string when fine, else the
-// message. Exposed for tests; LLMTRAIN_SKIP_SLURM_CHECK=1 disables it.
-std::string check_launch(int world_size, const std::function<const char*(const char*)>& getenv_fn);
+// message. A rank of a world > 1 whose Slurm task id (SLURM_PROCID) is not its
+// rank was started by an MPI launcher's daemon (mpirun across nodes runs its
+// daemons as a Slurm step of one task per node): that step's SLURM_NTASKS
+// counts daemons, not ranks, so such a rank does not check; rank 0, started
+// from the batch shell, does. Exposed for tests; LLMTRAIN_SKIP_SLURM_CHECK=1
+// disables it.
+std::string check_launch(int world_size, int rank, const std::function<const char*(const char*)>& getenv_fn);
 
 // Runs `body` with a Runtime; any exception on any rank prints its message
 // (naming the rank) and aborts the whole job with exit code 1, so no rank hangs

@@ -23,6 +23,7 @@ struct RunEnvironment {
   int world_size = 1;
   int num_nodes = 1;
   std::string hostname;
+  std::vector<std::string> hostnames;  // one per rank, in rank order
   std::vector<std::string> device_names;  // one per rank (or one, if all equal)
   std::string device_type = "cpu";        // "cpu" | "cuda"
   int threads_per_rank = 1;

@@ -15,6 +15,7 @@ struct RunSummary {
   std::string label;          // "flash_attn_2+bfloat16+compile+dataloader"
   std::string device;         // first device name
   int world_size = 1;
+  int num_nodes = 1;
   int64_t batch_size = 0, grad_accum = 0, block_size = 0;
   int64_t tokens_per_iter = 0;          // global
   nlohmann::json summary;               // summarize_records() after warm-up
