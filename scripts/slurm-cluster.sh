@@ -64,6 +64,7 @@ in_host() {
   local ns=$1 name=$2; shift 2
   # nsenter, not `ip netns exec`: the latter remounts /sys, hiding the cgroup
   # file system that slurmd reads.
+  # shellcheck disable=SC2016  # $1.. belong to the inner shell
   nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private \
     /bin/bash -c 'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" /tmp && shift 3 && exec "$@"' \
     _ "$name" "$dir/hosts" "$dir/tmp/$name" "$@"
