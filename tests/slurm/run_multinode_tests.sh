@@ -41,24 +41,10 @@ rm -rf "$work"
 mkdir -p "$work/logs"
 
 # SlurmdTimeout 60 s > the jobs' collective_timeout_s: a lost node is found by
-# the template (watchdog, probe, requeue without it) before Slurm declares it
-# DOWN, as on clusters where SlurmdTimeout is minutes. (With Slurm first, the
+# the template (watchdog, probe, requeue) before Slurm declares it DOWN, as on
+# clusters where SlurmdTimeout is minutes. (With Slurm first, the
 # job ends NODE_FAIL and --requeue requeues it: the same resume follows.)
-"$S" start "$cluster" --nodes 3 --cpus 2 --slurmd-timeout 60
-rc=$?
-((rc == 77)) && skip "no multi-node Slurm on this machine (see the message above)"
-((rc == 0)) || fail "could not start the test cluster (exit $rc)"
-cleanup() {
-  local rc=$?
-  if ((rc != 0)); then
-    echo "--- test failed (exit $rc); cluster logs:" >&2
-    tail -n 15 "$cluster"/log/slurmctld.log "$cluster"/log/slurmd-node*.log >&2 2>/dev/null
-  fi
-  "$S" stop "$cluster" >/dev/null
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+start_cluster "multi-node Slurm" "$S" --nodes 3 --cpus 2 --slurmd-timeout 60
 
 # Client commands run on the login host.
 X() { "$S" exec "$cluster" "$@"; }

@@ -37,21 +37,7 @@ cluster=$work/cluster
 rm -rf "$work"
 mkdir -p "$work/logs"
 
-"$src/scripts/slurm-local.sh" start "$cluster" --cpus 2 --gpus 8
-rc=$?
-((rc == 77)) && skip "no single-node Slurm on this machine (see the message above)"
-((rc == 0)) || fail "could not start the test cluster (exit $rc)"
-cleanup() {
-  local rc=$?
-  if ((rc != 0)); then
-    echo "--- test failed (exit $rc); cluster logs:" >&2
-    tail -n 15 "$cluster/log/slurmctld.log" "$cluster/log/slurmd.log" >&2 2>/dev/null
-  fi
-  "$src/scripts/slurm-local.sh" stop "$cluster" >/dev/null
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+start_cluster "single-node Slurm" "$src/scripts/slurm-local.sh" --cpus 2 --gpus 8
 # shellcheck disable=SC1091
 source "$cluster/env.sh"
 

@@ -17,6 +17,31 @@ need_binaries() {
   done
 }
 
+# start_cluster SKIPWHAT TOOL START_ARGS... : starts the test cluster with
+# `TOOL start $cluster START_ARGS...` (77 = skip the test, naming SKIPWHAT) and
+# stops it with `TOOL stop $cluster` on every exit, printing the tails of its
+# logs when the test failed.
+start_cluster() {
+  local what=$1 rc
+  cluster_tool=$2
+  shift 2
+  "$cluster_tool" start "$cluster" "$@"
+  rc=$?
+  ((rc == 77)) && skip "no $what on this machine (see the message above)"
+  ((rc == 0)) || fail "could not start the test cluster (exit $rc)"
+  trap _stop_cluster EXIT
+  trap 'exit 1' INT TERM
+}
+_stop_cluster() {
+  local rc=$?
+  if ((rc != 0)); then
+    echo "--- test failed (exit $rc); cluster logs:" >&2
+    tail -n 15 "$cluster"/log/slurm*.log >&2 2>/dev/null
+  fi
+  "$cluster_tool" stop "$cluster" >/dev/null
+  exit $rc
+}
+
 # sub SBATCH_ARGS... : sbatch --wait; the job id in $jobid, its exit code in $jobrc.
 sub() {
   local out
