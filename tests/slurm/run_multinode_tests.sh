@@ -66,22 +66,7 @@ grep -q "on 2 ranks" "$(joblog "$jobid")" || { show_log "$jobid"; fail "prepare_
 compgen -G "$DATA_DIR/train_*.h5" >/dev/null || fail "no train shards in $DATA_DIR"
 echo "ok: prepare_data job $jobid on $(jobfield "$jobid" NodeList)"
 
-cat >"$work/tiny.cfg" <<'EOF'
-n_layer = 2
-n_head = 2
-n_embd = 64
-block_size = 64
-batch_size = 4
-device = cpu
-dtype = float32
-attention_backend = manual
-eval_interval = 1000
-eval_iters = 2
-log_interval = 1
-warmup_iters = 2
-lr_decay_iters = 400
-warmup_report_iters = 1
-EOF
+{ cat "$src/tests/slurm/tiny.cfg"; echo "lr_decay_iters = 400"; } >"$work/tiny.cfg"
 export MODEL=$work/tiny.cfg
 
 # ---- 2. one node or two: the same run ------------------------------------------

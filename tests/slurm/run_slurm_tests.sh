@@ -102,23 +102,7 @@ grep -q "on 2 ranks" "$(joblog "$jobid")" || { show_log "$jobid"; fail "prepare_
 echo "ok: prepare_data job $jobid"
 
 # The tiny CPU model, given to the templates through MODEL.
-cat >"$work/tiny.cfg" <<'EOF'
-n_layer = 2
-n_head = 2
-n_embd = 64
-block_size = 64
-batch_size = 4
-gradient_accumulation_steps = 1
-device = cpu
-dtype = float32
-attention_backend = manual
-eval_interval = 1000
-eval_iters = 2
-log_interval = 1
-warmup_iters = 2
-lr_decay_iters = 100
-warmup_report_iters = 1
-EOF
+{ cat "$src/tests/slurm/tiny.cfg"; echo "lr_decay_iters = 100"; } >"$work/tiny.cfg"
 export MODEL=$work/tiny.cfg ITERS
 
 # ---- 2. tier1 on one rank with a GPU request, srun --mpi=pmix ---------------
