@@ -4,6 +4,7 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "distributed/fused_adamw.hpp"
 #include "distributed/timed_wait.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/collectives.hpp"
@@ -69,22 +70,18 @@ double ShardedAdamW::grad_norm(double& exposed_seconds) {
 void ShardedAdamW::step(double lr, double grad_scale, const std::function<void(size_t)>& after_shard) {
   torch::NoGradGuard no_grad;
   ++step_;
-  const AdamWHyper& h = hyper_;
-  const double bias_correction1 = 1 - std::pow(h.beta1, static_cast<double>(step_));
-  const double bias_correction2 = 1 - std::pow(h.beta2, static_cast<double>(step_));
   for (size_t i = 0; i < shards_.size(); ++i) {
     auto& s = shards_[i];
-    auto g = grad_scale != 1.0 ? s.grad * grad_scale : s.grad;
-    if (g.scalar_type() != torch::kFloat) g = g.to(torch::kFloat);
+    // The fused kernel wants the gradient in the dtype of what it updates.
     auto& p = s.master.defined() ? s.master : s.param;
-    // Same order of operations as torch/csrc/api/src/optim/adamw.cpp.
-    if (h.weight_decay != 0)
-      for (const auto& r : s.ranges)
-        if (r.decay) p.narrow(0, r.shard_offset, r.numel).mul_(1 - lr * h.weight_decay);
-    s.exp_avg.mul_(h.beta1).add_(g, 1 - h.beta1);
-    s.exp_avg_sq.mul_(h.beta2).addcmul_(g, g, 1 - h.beta2);
-    const auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(h.eps);
-    p.addcdiv_(s.exp_avg, denom, -lr / bias_correction1);
+    auto g = s.grad.scalar_type() == p.scalar_type() ? s.grad : s.grad.to(p.scalar_type());
+    AdamWLists dec, nodec;
+    for (const auto& r : s.ranges)
+      (r.decay ? dec : nodec)
+          .add(p.narrow(0, r.shard_offset, r.numel), g.narrow(0, r.shard_offset, r.numel),
+               s.exp_avg.narrow(0, r.shard_offset, r.numel), s.exp_avg_sq.narrow(0, r.shard_offset, r.numel));
+    fused_adamw_step(dec, hyper_, lr, hyper_.weight_decay, step_, grad_scale);
+    fused_adamw_step(nodec, hyper_, lr, 0.0, step_, grad_scale);
     if (s.master.defined()) s.param.copy_(s.master);
     if (after_shard) after_shard(i);
   }

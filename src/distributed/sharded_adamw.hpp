@@ -9,9 +9,10 @@
 // write back into whole tensors.
 //
 // Per shard this rank keeps the AdamW moments (fp32) and, where parameters are
-// stored below fp32, an fp32 master copy. The arithmetic is
-// torch::optim::AdamW's: decoupled decay p *= 1 - lr*wd on the decayed ranges,
-// then the bias-corrected Adam step with eps added after the corrected sqrt.
+// stored below fp32, an fp32 master copy. The update is the fused kernel's
+// (distributed/fused_adamw.hpp), as in DDP: decoupled decay p *= 1 - lr*wd on
+// the decayed ranges, then the bias-corrected Adam step with eps added after
+// the corrected sqrt.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "distributed/fsdp.hpp"
+#include "distributed/fused_adamw.hpp"
 #include "distributed/grad_buckets.hpp"
 #include "distributed/sharded_adamw.hpp"
 #include "distributed/timed_wait.hpp"
@@ -51,20 +52,14 @@ class DdpStrategy final : public Strategy {
         // Rank 0's values reach every rank before the buckets copy them.
         buckets_((broadcast_params(g.params, comm), g.params), decay_flags(g), o.bucket_bytes, comm,
                  GradBuckets::Reduce::allreduce, /*flatten_params=*/false) {
-    const auto decay = decay_flags(g);
-    std::vector<torch::Tensor> dec, nodec;
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (params_[i].requires_grad()) (decay[i] ? dec : nodec).push_back(params_[i]);
-    const AdamWHyper& h = o.adamw;
-    auto base = torch::optim::AdamWOptions(o.learning_rate).betas({h.beta1, h.beta2}).eps(h.eps);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(dec, std::make_unique<torch::optim::AdamWOptions>(
-                                 torch::optim::AdamWOptions(base).weight_decay(h.weight_decay)));
-    groups.emplace_back(nodec, std::make_unique<torch::optim::AdamWOptions>(
-                                   torch::optim::AdamWOptions(base).weight_decay(0.0)));
-    optimizer_ = std::make_unique<torch::optim::AdamW>(std::move(groups), base);
-    for (const auto& p : params_)
+    decay_ = decay_flags(g);
+    hyper_ = o.adamw;
+    torch::NoGradGuard no_grad;
+    for (const auto& p : params_) {
+      exp_avg_.push_back(p.requires_grad() ? torch::zeros_like(p) : torch::Tensor());
+      exp_avg_sq_.push_back(p.requires_grad() ? torch::zeros_like(p) : torch::Tensor());
       if (p.requires_grad()) state_bytes_ += 2 * p.numel() * p.element_size();
+    }
   }
 
   std::string name() const override { return "ddp"; }
@@ -81,13 +76,19 @@ class DdpStrategy final : public Strategy {
     return std::sqrt(sq);
   }
 
+  // The clip coefficient goes into the fused kernel, which scales the
+  // gradients as it reads them.
   void step(double lr, double clip_coef) override {
     torch::NoGradGuard no_grad;
-    if (clip_coef != 1.0)
-      for (auto& b : buckets_.buckets()) b.grad.mul_(clip_coef);
-    for (auto& group : optimizer_->param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    optimizer_->step();
+    ++steps_;
+    AdamWLists dec, nodec;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      if (!p.requires_grad() || !p.grad().defined()) continue;
+      (decay_[i] ? dec : nodec).add(p.detach(), p.grad(), exp_avg_[i], exp_avg_sq_[i]);
+    }
+    fused_adamw_step(dec, hyper_, lr, hyper_.weight_decay, steps_, clip_coef);
+    fused_adamw_step(nodec, hyper_, lr, 0.0, steps_, clip_coef);
     buckets_.zero();
   }
   void skip_step() override { buckets_.zero(); }
@@ -101,10 +102,10 @@ class DdpStrategy final : public Strategy {
       torch::Tensor v;
       if (what == StateTensor::weights) {
         v = p.detach();
-      } else if (const auto* st = adam_state(p)) {
-        v = what == StateTensor::exp_avg ? st->exp_avg() : st->exp_avg_sq();
+      } else if (p.requires_grad()) {
+        v = what == StateTensor::exp_avg ? exp_avg_[i] : exp_avg_sq_[i];  // zeros before the first step
       } else {
-        v = torch::zeros_like(p);  // no step taken yet
+        v = torch::zeros_like(p);
       }
       out.push_back({static_cast<int>(i), 0, v.reshape({-1}).to(torch::kFloat).contiguous()});
     }
@@ -131,22 +132,15 @@ class DdpStrategy final : public Strategy {
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i];
       p.detach().copy_(w[i].view(p.sizes()));
-      optimizer_->state().erase(p.unsafeGetTensorImpl());
-      if (optimizer_steps > 0 && p.requires_grad()) {
-        auto st = std::make_unique<torch::optim::AdamWParamState>();
-        st->step(optimizer_steps);
-        st->exp_avg(m[i].view(p.sizes()).to(p.options()));
-        st->exp_avg_sq(v[i].view(p.sizes()).to(p.options()));
-        optimizer_->state()[p.unsafeGetTensorImpl()] = std::move(st);
+      if (p.requires_grad()) {
+        exp_avg_[i].copy_(m[i].view(p.sizes()));
+        exp_avg_sq_[i].copy_(v[i].view(p.sizes()));
       }
     }
+    steps_ = optimizer_steps;
     for (auto& l : loading_) l.clear();
   }
-  int64_t optimizer_steps() const override {
-    for (const auto& p : params_)
-      if (const auto* st = adam_state(p)) return st->step();
-    return 0;
-  }
+  int64_t optimizer_steps() const override { return steps_; }
 
   double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return state_bytes_; }
@@ -161,16 +155,14 @@ class DdpStrategy final : public Strategy {
   Collectives& comm_;
   std::vector<torch::Tensor> params_;
   GradBuckets buckets_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::vector<bool> decay_;                        // per parameter: AdamW decays it
+  AdamWHyper hyper_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // per parameter, like it (undefined without grad)
+  int64_t steps_ = 0;
   std::array<std::vector<torch::Tensor>, 3> loading_;  // fp32 buffers of load_slices, per StateTensor
   double exposed_ = 0;
   int64_t state_bytes_ = 0;
 
-  const torch::optim::AdamWParamState* adam_state(const torch::Tensor& p) const {
-    const auto it = optimizer_->state().find(p.unsafeGetTensorImpl());
-    return it == optimizer_->state().end() ? nullptr
-                                           : static_cast<const torch::optim::AdamWParamState*>(it->second.get());
-  }
 };
 
 // ---- ZeRO-1 ---------------------------------------------------------------------

@@ -9,6 +9,8 @@
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/distributed/collectives.hpp"
 #include "llmtrain/distributed/strategy.hpp"
+#include "distributed/fused_adamw.hpp"
+#include "llmtrain/core/error.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "test_util.hpp"
 
@@ -149,6 +151,54 @@ TEST(Strategy, DdpEqualsSingleProcessOnConcatenatedBatch) {
     expect_same(ref, run_strategy(cfg, *c), "ddp, one bucket");
     cfg.ddp_bucket_mb = 200.0 / (1 << 20);  // 200 bytes: several buckets
     expect_same(ref, run_strategy(cfg, *c), "ddp, 200-byte buckets");
+  }
+}
+
+// The one AdamW update of every strategy (PyTorch's fused kernel) against
+// LibTorch's torch::optim::AdamW on gradients scaled beforehand: three steps
+// of a decayed and an undecayed tensor, the clip coefficient passed as the
+// kernel's gradient scale.
+TEST(Strategy, FusedAdamWIsTorchAdamW) {
+  torch::manual_seed(3);
+  const AdamWHyper h{0.9, 0.95, 1e-8, 0.1};
+  const double lr = 1e-2, clip = 0.37;
+  std::vector<torch::Tensor> ref = {torch::randn({37, 5}), torch::randn({29})};
+  std::vector<torch::Tensor> got = {ref[0].clone(), ref[1].clone()};
+  std::vector<torch::Tensor> m = {torch::zeros_like(ref[0]), torch::zeros_like(ref[1])};
+  std::vector<torch::Tensor> v = {torch::zeros_like(ref[0]), torch::zeros_like(ref[1])};
+  for (auto& t : ref) t.requires_grad_(true);
+  auto base = torch::optim::AdamWOptions(lr).betas({h.beta1, h.beta2}).eps(h.eps);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{ref[0]},
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(base).weight_decay(h.weight_decay)));
+  groups.emplace_back(std::vector<torch::Tensor>{ref[1]},
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(base).weight_decay(0.0)));
+  torch::optim::AdamW opt(std::move(groups), base);
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<torch::Tensor> grads = {torch::randn({37, 5}), torch::randn({29})};
+    for (int i = 0; i < 2; ++i) ref[i].mutable_grad() = grads[i] * clip;
+    opt.step();
+    AdamWLists dec, nodec;
+    dec.add(got[0], grads[0].clone(), m[0], v[0]);
+    nodec.add(got[1], grads[1].clone(), m[1], v[1]);
+    fused_adamw_step(dec, h, lr, h.weight_decay, step, clip);
+    fused_adamw_step(nodec, h, lr, 0.0, step, clip);
+    for (int i = 0; i < 2; ++i) {
+      const auto& st = static_cast<const torch::optim::AdamWParamState&>(
+          *opt.state().at(ref[i].unsafeGetTensorImpl()));
+      SCOPED_TRACE(fmt::format("step {} tensor {}", step, i));
+      EXPECT_TRUE(torch::allclose(got[i], ref[i].detach(), 1e-6, 1e-7));
+      EXPECT_TRUE(torch::allclose(m[i], st.exp_avg(), 1e-6, 1e-7));
+      EXPECT_TRUE(torch::allclose(v[i], st.exp_avg_sq(), 1e-6, 1e-9));
+    }
+  }
+  // A moment of another dtype is refused with the dtypes named.
+  AdamWLists bad;
+  try {
+    bad.add(torch::zeros({4}), torch::zeros({4}), torch::zeros({4}, torch::kBFloat16), torch::zeros({4}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("BFloat16"), std::string::npos) << e.what();
   }
 }
 
