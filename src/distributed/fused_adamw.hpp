@@ -3,8 +3,8 @@
 // torch.optim.AdamW(fused=True) runs). Every strategy steps through it: DDP over
 // its parameters, the sharded AdamW of ZeRO-1 and FSDP over the ranges of its
 // shards. The unfused sequence of LibTorch's torch::optim::AdamW read and wrote
-// the 16M parameters of the small LLaMA seven times (190 ms of a 2 s CPU step);
-// the fused kernel takes 25 ms.
+// the 16M parameters of the small LLaMA seven times (143-145 ms of a ~2 s CPU
+// step); the fused kernel takes 37-46 ms.
 //
 // The arithmetic is PyTorch's fused AdamW, with g = grad * grad_scale:
 //   p *= 1 - lr*wd;  m = lerp(m, g, 1 - beta1);  v = beta2*v + (1 - beta2)*g*g;

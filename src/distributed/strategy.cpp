@@ -33,7 +33,6 @@ StrategyOptions StrategyOptions::from_config(const Config& c) {
   o.kind = c.use_fsdp ? Kind::fsdp : c.use_zero1 ? Kind::zero1 : Kind::ddp;
   o.bucket_bytes = c.ddp_bucket_mb * 1024.0 * 1024.0;
   o.fsdp_prefetch = c.fsdp_prefetch;
-  o.learning_rate = c.learning_rate;
   o.adamw.beta1 = c.beta1;
   o.adamw.beta2 = c.beta2;
   o.adamw.weight_decay = c.weight_decay;
@@ -49,11 +48,11 @@ class DdpStrategy final : public Strategy {
   DdpStrategy(const StrategyOptions& o, const ParamGroups& g, Collectives& comm)
       : comm_(comm),
         params_(g.params),
+        decay_(decay_flags(g)),
+        hyper_(o.adamw),
         // Rank 0's values reach every rank before the buckets copy them.
-        buckets_((broadcast_params(g.params, comm), g.params), decay_flags(g), o.bucket_bytes, comm,
+        buckets_((broadcast_params(g.params, comm), g.params), decay_, o.bucket_bytes, comm,
                  GradBuckets::Reduce::allreduce, /*flatten_params=*/false) {
-    decay_ = decay_flags(g);
-    hyper_ = o.adamw;
     torch::NoGradGuard no_grad;
     for (const auto& p : params_) {
       exp_avg_.push_back(p.requires_grad() ? torch::zeros_like(p) : torch::Tensor());
@@ -154,15 +153,14 @@ class DdpStrategy final : public Strategy {
  private:
   Collectives& comm_;
   std::vector<torch::Tensor> params_;
-  GradBuckets buckets_;
-  std::vector<bool> decay_;                        // per parameter: AdamW decays it
+  std::vector<bool> decay_;  // per parameter: AdamW decays it
   AdamWHyper hyper_;
+  GradBuckets buckets_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // per parameter, like it (undefined without grad)
   int64_t steps_ = 0;
   std::array<std::vector<torch::Tensor>, 3> loading_;  // fp32 buffers of load_slices, per StateTensor
   double exposed_ = 0;
   int64_t state_bytes_ = 0;
-
 };
 
 // ---- ZeRO-1 ---------------------------------------------------------------------

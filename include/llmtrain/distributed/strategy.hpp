@@ -26,7 +26,6 @@ struct StrategyOptions {
   Kind kind = Kind::ddp;
   double bucket_bytes = 25.0 * 1024 * 1024;  // gradient bucket size (DDP, ZeRO-1)
   bool fsdp_prefetch = true;                 // gather the next block while this one computes
-  double learning_rate = 6e-4;               // initial learning rate (each step sets its own)
   AdamWHyper adamw;
   static StrategyOptions from_config(const Config& c);
 };
