@@ -33,6 +33,7 @@
 #include "core/hdf5_util.hpp"
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/core/fault.hpp"
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/distributed/strategy.hpp"
@@ -176,16 +177,6 @@ std::vector<const StateSlice*> by_param(const std::vector<StateSlice>& slices, s
     out[s.param] = &s;
   }
   return out;
-}
-
-// A fault for the tests: LLMTRAIN_TEST_KILL_DURING_SAVE=<rank>:<iteration> makes
-// that rank SIGKILL itself half way through writing that iteration's checkpoint.
-bool kill_requested(int rank, int64_t iteration) {
-  const char* v = std::getenv("LLMTRAIN_TEST_KILL_DURING_SAVE");
-  if (!v) return false;
-  int r = -1;
-  long long it = -1;
-  return std::sscanf(v, "%d:%lld", &r, &it) == 2 && r == rank && it == iteration;
 }
 
 // The default CPU generator's state and, on CUDA, the current device's.
@@ -389,7 +380,7 @@ std::string Checkpointer::save(const std::vector<CheckpointParam>& params, Strat
       H5Id opt(H5_CHECK(H5Gcreate2(file, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
       write_attr(opt, "steps", strategy.optimizer_steps());
     }
-    write_tensors(StateTensor::exp_avg, kill_requested(rank, state.iteration));
+    write_tensors(StateTensor::exp_avg, fault::hit(fault::Point::kill_during_save, rank, state.iteration));
     write_tensors(StateTensor::exp_avg_sq, false);
     {
       H5Id ts(H5_CHECK(H5Gcreate2(file, "train_state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);

@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "llmtrain/core/error.hpp"          // defines: Error, MPI_CHECK
+#include "llmtrain/core/fault.hpp"          // defines: fault::hit (named fault points for the tests)
 #include "llmtrain/core/log.hpp"            // defines: log::info (rank 0 only)
 #include "llmtrain/data/loader.hpp"         // defines: TokenLoader, Batch, read_data_info
 #include "llmtrain/distributed/collectives.hpp"    // defines: Collectives, make_collectives
@@ -43,18 +44,6 @@ void sync_device(torch::Device d) {
 #endif
 }
 
-// A fault for the tests: LLMTRAIN_TEST_NAN_AT=5,6,7 makes the loss of those
-// iterations NaN on every rank (as a diverging run's would be).
-std::set<int64_t> nan_injection_iters() {
-  std::set<int64_t> out;
-  if (const char* v = std::getenv("LLMTRAIN_TEST_NAN_AT")) {
-    std::stringstream ss(v);
-    std::string item;
-    while (std::getline(ss, item, ','))
-      if (!item.empty()) out.insert(std::stoll(item));
-  }
-  return out;
-}
 }  // namespace
 
 struct Trainer::Impl {
@@ -79,19 +68,6 @@ struct Trainer::Impl {
   std::optional<LoadedCheckpoint> resumed;
   int64_t last_saved_iteration = -1;
   int64_t consecutive_bad_steps = 0;
-  std::set<int64_t> inject_nan = nan_injection_iters();
-  // For the tests: LLMTRAIN_TEST_ITER_SLEEP_MS makes every iteration that much longer.
-  int64_t iter_sleep_ms = [] {
-    const char* v = std::getenv("LLMTRAIN_TEST_ITER_SLEEP_MS");
-    return v ? std::atoll(v) : 0LL;
-  }();
-  // A fault for the tests: LLMTRAIN_TEST_FAIL_AT=<rank>:<iteration> throws on that rank only.
-  std::pair<int, int64_t> inject_fail = [] {
-    int r = -1;
-    long long i = -1;
-    if (const char* v = std::getenv("LLMTRAIN_TEST_FAIL_AT")) std::sscanf(v, "%d:%lld", &r, &i);
-    return std::pair<int, int64_t>(r, i);
-  }();
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
 
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(c) {
@@ -323,9 +299,11 @@ struct Trainer::Impl {
   IterationMetrics train_step(int64_t iter) {
     rt.watchdog().iteration_begin(iter);
     rt.watchdog().activity(fmt::format("iteration {}: data, forward/backward", iter));
-    if (inject_fail.first == rt.rank() && inject_fail.second == iter)
-      throw Error(fmt::format("injected failure at iteration {} (LLMTRAIN_TEST_FAIL_AT)", iter));
-    if (iter_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(iter_sleep_ms));
+    if (fault::hit(fault::Point::fail_iteration, rt.rank(), iter))
+      throw Error(fmt::format("injected failure at iteration {} ({})", iter,
+                              fault::env_name(fault::Point::fail_iteration)));
+    if (fault::hit(fault::Point::iteration_sleep, rt.rank(), iter))
+      std::this_thread::sleep_for(std::chrono::milliseconds(fault::value(fault::Point::iteration_sleep)));
     sync_device(device);
     metrics->start_iter();
     strategy->take_exposed_comm_seconds();                    // drop waits from before (eval's FSDP gathers)
@@ -344,7 +322,7 @@ struct Trainer::Impl {
         AutocastGuard autocast(device, dtype);
         loss = model->loss(batch.x, batch.y) / static_cast<double>(accum);
       }
-      if (inject_nan.count(iter)) loss = loss * std::numeric_limits<double>::quiet_NaN();
+      if (fault::hit(fault::Point::nan_loss, rt.rank(), iter)) loss = loss * std::numeric_limits<double>::quiet_NaN();
       // float16: the loss is scaled so that small gradients survive; step() unscales.
       strategy->backward(scaler.enabled() ? loss * scaler.scale() : loss,
                          /*last_micro=*/micro + 1 == accum);  // DDP: reduces only on the last

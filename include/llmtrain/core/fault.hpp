@@ -1,0 +1,49 @@
+// Named fault points (RocksDB's TEST_SYNC_POINT, etcd's gofail failpoints):
+// the code names the places where a test may make it fail, and only this
+// injector decides whether a fault strikes there. No step or checkpoint code
+// reads the environment to fail on purpose.
+//
+// A test arms points in-process (`fault::arm`), or, for a whole program under
+// mpirun, through the environment, read once by this injector on first use:
+//   LLMTRAIN_TEST_NAN_AT=5,6,7              nan_loss at those iterations, every rank
+//   LLMTRAIN_TEST_FAIL_AT=<rank>:<iter>     fail_iteration: that rank throws at that iteration
+//   LLMTRAIN_TEST_ITER_SLEEP_MS=<ms>        iteration_sleep: every iteration that much longer
+//   LLMTRAIN_TEST_KILL_DURING_SAVE=<rank>:<iter>
+//                                           kill_during_save: that rank SIGKILLs itself half
+//                                           way through writing that iteration's checkpoint
+#pragma once
+#include <cstdint>
+#include <set>
+
+namespace llmtrain::fault {
+
+enum class Point {
+  nan_loss,          // the loss of an iteration becomes NaN (a diverging run)
+  fail_iteration,    // an exception at the start of an iteration, on one rank
+  iteration_sleep,   // every iteration takes `value` ms longer (a slow run)
+  kill_during_save,  // SIGKILL half way through a checkpoint's tensors
+};
+constexpr int kNumPoints = 4;
+
+// Where a point strikes: on `rank` (-1: every rank) at the listed iterations
+// (empty: every iteration); `value` is the point's argument (iteration_sleep: ms).
+struct Arm {
+  int rank = -1;
+  std::set<int64_t> iterations;
+  int64_t value = 0;
+};
+
+// The point's name as messages and the environment variables say it
+// ("LLMTRAIN_TEST_FAIL_AT" for fail_iteration, ...).
+const char* env_name(Point p);
+
+void arm(Point p, Arm a);
+void disarm(Point p);
+void disarm_all();
+
+// Does `p` strike on `rank` at `iteration`? False unless armed.
+bool hit(Point p, int rank, int64_t iteration);
+// The armed point's value (0 when not armed).
+int64_t value(Point p);
+
+}  // namespace llmtrain::fault
