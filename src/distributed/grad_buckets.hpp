@@ -15,8 +15,9 @@
 //     slot of a bucket has arrived, the bucket's collective starts (buckets start
 //     strictly in index order, so every rank issues the same sequence). The
 //     gradient autograd then stores in .grad is dropped in finish().
-//   finish(): starts any bucket not yet started (unused parameters), waits,
-//     divides by the world size, points .grad back at the bucket views.
+//   finish(): starts any bucket not yet started (unused parameters), waits
+//     (the Collectives time the waits), divides by the world size, points .grad
+//     back at the bucket views.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -61,8 +62,9 @@ class GradBuckets {
   GradBuckets& operator=(const GradBuckets&) = delete;
 
   void backward(const torch::Tensor& loss, bool last_micro);
-  // Waits for the reductions; returns the seconds spent here (exposed comm).
-  double finish();
+  // Waits for the reductions; afterwards this rank's shard of every bucket
+  // holds the average over ranks.
+  void finish();
   void zero();
 
   std::vector<Bucket>& buckets() { return buckets_; }

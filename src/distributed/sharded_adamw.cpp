@@ -5,7 +5,6 @@
 #include <unordered_set>
 
 #include "distributed/fused_adamw.hpp"
-#include "distributed/timed_wait.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/collectives.hpp"
 
@@ -54,7 +53,7 @@ size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vec
   return shards_.size() - 1;
 }
 
-double ShardedAdamW::grad_norm(double& exposed_seconds) {
+double ShardedAdamW::grad_norm() {
   double sq = 0;
   for (const auto& s : shards_) {
     const double n = s.grad.norm().item<double>();
@@ -63,7 +62,7 @@ double ShardedAdamW::grad_norm(double& exposed_seconds) {
   // On the shards' device: NCCL reduces device memory only.
   const auto device = shards_.empty() ? torch::Device(torch::kCPU) : shards_.front().grad.device();
   auto t = torch::tensor({sq}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
-  add_wait_seconds(exposed_seconds, [&] { comm_.allreduce_sum(t); });
+  comm_.allreduce_sum(t);
   return std::sqrt(t.item<double>());
 }
 

@@ -60,9 +60,8 @@ class ShardedAdamW {
   // Returns the shard's index.
   size_t add_shard(torch::Tensor param, torch::Tensor grad, std::vector<ShardRange> ranges);
 
-  // Global L2 norm of every rank's shards of the gradient (one allreduce); the
-  // seconds waited on it are added to `exposed_seconds`.
-  double grad_norm(double& exposed_seconds);
+  // Global L2 norm of every rank's shards of the gradient (one allreduce).
+  double grad_norm();
   // One AdamW step on every shard with gradients scaled by `grad_scale` (the
   // clip coefficient, divided by float16's loss scale): update the fp32 master
   // or the parameter, copy the master back, then `after_shard(i)` (ZeRO-1

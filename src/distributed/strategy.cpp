@@ -12,7 +12,6 @@
 #include "distributed/fused_adamw.hpp"
 #include "distributed/grad_buckets.hpp"
 #include "distributed/sharded_adamw.hpp"
-#include "distributed/timed_wait.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/collectives.hpp"
@@ -63,7 +62,7 @@ class DdpStrategy final : public Strategy {
 
   std::string name() const override { return "ddp"; }
   void backward(const torch::Tensor& loss, bool last_micro) override { buckets_.backward(loss, last_micro); }
-  void finish_gradients() override { exposed_ += buckets_.finish(); }
+  void finish_gradients() override { buckets_.finish(); }
 
   double grad_norm() override {
     // Gradients are identical on every rank after the allreduce: no traffic.
@@ -141,7 +140,6 @@ class DdpStrategy final : public Strategy {
   }
   int64_t optimizer_steps() const override { return steps_; }
 
-  double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return state_bytes_; }
   int64_t persistent_state_bytes() const override {
     int64_t b = state_bytes_;
@@ -159,7 +157,6 @@ class DdpStrategy final : public Strategy {
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // per parameter, like it (undefined without grad)
   int64_t steps_ = 0;
   std::array<std::vector<torch::Tensor>, 3> loading_;  // fp32 buffers of load_slices, per StateTensor
-  double exposed_ = 0;
   int64_t state_bytes_ = 0;
 };
 
@@ -188,8 +185,8 @@ class Zero1Strategy final : public Strategy {
 
   std::string name() const override { return "zero1"; }
   void backward(const torch::Tensor& loss, bool last_micro) override { buckets_.backward(loss, last_micro); }
-  void finish_gradients() override { exposed_ += buckets_.finish(); }
-  double grad_norm() override { return adam_.grad_norm(exposed_); }
+  void finish_gradients() override { buckets_.finish(); }
+  double grad_norm() override { return adam_.grad_norm(); }
 
   // Each bucket's parameter all-gather starts as soon as its shard is updated
   // and travels while the next shards are updated; the wait at the end is the
@@ -203,9 +200,7 @@ class Zero1Strategy final : public Strategy {
       auto shard = adam_.param_shard(i);
       gathers.push_back(comm_.all_gather_async(shard, bs[i].param));  // in place: the shard sits in the bucket
     });
-    add_wait_seconds(exposed_, [&] {
-      for (auto& w : gathers) w->wait();
-    });
+    for (auto& w : gathers) w->wait();
     buckets_.zero();
   }
   void skip_step() override { buckets_.zero(); }
@@ -223,7 +218,6 @@ class Zero1Strategy final : public Strategy {
   }
   int64_t optimizer_steps() const override { return adam_.steps(); }
 
-  double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return adam_.state_bytes(); }
   int64_t persistent_state_bytes() const override {
     int64_t b = adam_.state_bytes();
@@ -236,7 +230,6 @@ class Zero1Strategy final : public Strategy {
   Collectives& comm_;
   GradBuckets buckets_;
   ShardedAdamW adam_;
-  double exposed_ = 0;
 };
 
 }  // namespace

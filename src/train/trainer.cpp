@@ -117,7 +117,7 @@ struct Trainer::Impl {
     setup.num_devices = rt.world_size();
     setup.peak = resolve_peak(rt.device_name(), cfg.dtype, cfg.peak_tflops);
     setup.device = device;
-    metrics = std::make_unique<Metrics>(setup);
+    metrics = std::make_unique<Metrics>(setup, comm.get());  // waits on collectives in a phase = communication
     RunEnvironment env;
     env.world_size = rt.world_size();
     env.num_nodes = rt.num_nodes();
@@ -306,7 +306,6 @@ struct Trainer::Impl {
       std::this_thread::sleep_for(std::chrono::milliseconds(fault::value(fault::Point::iteration_sleep)));
     sync_device(device);
     metrics->start_iter();
-    strategy->take_exposed_comm_seconds();                    // drop waits from before (eval's FSDP gathers)
     const double lr = schedule.at(iter);
     const int64_t accum = cfg.gradient_accumulation_steps;
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
@@ -328,13 +327,11 @@ struct Trainer::Impl {
                          /*last_micro=*/micro + 1 == accum);  // DDP: reduces only on the last
       loss_sum += loss.detach().to(torch::kFloat);
     }
-    charge_exposed_comm(Phase::forward_backward);             // FSDP: gathers not hidden by prefetch
     rt.watchdog().activity(fmt::format("iteration {}: gradient reduction", iter));
     {
       auto t = metrics->phase(Phase::communication);          // only what did not overlap
       strategy->finish_gradients();                           // gradients now averaged over ranks
     }
-    charge_exposed_comm(Phase::communication);
     double grad_norm = 0;
     std::optional<GradNormStats> grad_stats;
     const double scale = scaler.scale();
@@ -365,7 +362,6 @@ struct Trainer::Impl {
         skipped = true;
       }
     }
-    charge_exposed_comm(Phase::optimizer);                    // sharded: norm allreduce, parameter gathers
     sync_device(device);
     IterationMetrics it = metrics->end_iter(iter, loss, lr, grad_norm, grad_stats);
     rt.watchdog().iteration_done(it.dt_ms / 1e3);
@@ -376,12 +372,6 @@ struct Trainer::Impl {
     return it;
   }
   // ---- TRAINING STEP END ----
-
-  // The strategy's waits on communication inside `phase` count as
-  // communication (for the communication phase itself this moves nothing).
-  void charge_exposed_comm(Phase phase) {
-    metrics->move_seconds(phase, Phase::communication, strategy->take_exposed_comm_seconds());
-  }
 };
 
 Trainer::Trainer(const Config& config, Runtime& rt) {
