@@ -174,8 +174,8 @@ class FsdpStrategy final : public Strategy {
     for (auto& u : units_) u.grad_shard.zero_();
   }
 
-  std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.slices(what); }
-  std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.slices(what); }
+  std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.save_slices(what); }
+  std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.load_slices(what); }
   void finish_load(int64_t optimizer_steps) override {
     torch::NoGradGuard no_grad;
     adam_.finish_load(optimizer_steps);

@@ -122,7 +122,7 @@ void GradBuckets::finish() {
   }
   // Averages are exact: sum, then one division by the world size.
   torch::NoGradGuard no_grad;
-  for (auto& b : buckets_) (reduce_ == Reduce::allreduce ? b.grad : b.grad_shard).div_(comm_.world_size());
+  for (auto& b : buckets_) shard_grad(b).div_(comm_.world_size());
   point_grads_at_buckets();
   in_last_ = false;
 }
