@@ -15,6 +15,7 @@
 #include <c10/util/BFloat16.h>
 
 #include "distributed/collectives_impl.hpp"
+#include "distributed/timed_wait.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 
@@ -57,15 +58,16 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = c10::BFloat16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
 }
 
+// `waited`: the issuing MpiCollectives' waited_s_, which wait() adds to.
 class MpiWork final : public CommWork {
  public:
-  explicit MpiWork(MPI_Request req) : req_(req) {}
+  MpiWork(MPI_Request req, double* waited) : req_(req), waited_(waited) {}
   ~MpiWork() override {
     // A request must not be dropped while MPI still writes the buffer.
     if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
   void wait() override {
-    if (req_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
+    if (req_ != MPI_REQUEST_NULL) add_wait_seconds(*waited_, [&] { MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE)); });
   }
   bool test() override {
     if (req_ == MPI_REQUEST_NULL) return true;
@@ -76,6 +78,7 @@ class MpiWork final : public CommWork {
 
  private:
   MPI_Request req_;
+  double* waited_;
 };
 
 // One collective handed to the communication thread.
@@ -148,23 +151,24 @@ class CommThread {
 
 class ThreadWork final : public CommWork {
  public:
-  explicit ThreadWork(std::shared_ptr<CommJob> job) : job_(std::move(job)) {}
+  ThreadWork(std::shared_ptr<CommJob> job, double* waited) : job_(std::move(job)), waited_(waited) {}
   ~ThreadWork() override {
     // The thread may still be writing the buffer.
     std::unique_lock<std::mutex> lock(job_->m);
     job_->cv.wait(lock, [this] { return job_->done.load(); });
   }
   void wait() override {
-    {
+    add_wait_seconds(*waited_, [this] {
       std::unique_lock<std::mutex> lock(job_->m);
       job_->cv.wait(lock, [this] { return job_->done.load(); });
-    }
+    });
     if (job_->error) std::rethrow_exception(std::exchange(job_->error, nullptr));
   }
   bool test() override { return job_->done.load(); }
 
  private:
   std::shared_ptr<CommJob> job_;
+  double* waited_;  // the issuing MpiCollectives' waited_s_
 };
 
 class MpiCollectives final : public Collectives {
@@ -206,25 +210,31 @@ class MpiCollectives final : public Collectives {
   void allreduce_sum(torch::Tensor& t) override {
     check(t, "allreduce_sum");
     ++calls_;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), sum_op(t), comm_));
+    add_wait_seconds(waited_s_, [&] {
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), sum_op(t), comm_));
+    });
   }
 
   void broadcast(torch::Tensor& t, int root) override {
     check(t, "broadcast");
     ++calls_;
-    MPI_CHECK(MPI_Bcast(t.data_ptr(), count(t), type(t), root, comm_));
+    add_wait_seconds(waited_s_, [&] { MPI_CHECK(MPI_Bcast(t.data_ptr(), count(t), type(t), root, comm_)); });
   }
 
   void reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
     check_rs(in, out);
     ++calls_;
-    MPI_CHECK(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), sum_op(out), comm_));
+    add_wait_seconds(waited_s_, [&] {
+      MPI_CHECK(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), sum_op(out), comm_));
+    });
   }
 
   void all_gather(const torch::Tensor& in, torch::Tensor& out) override {
     check_ag(in, out);
     ++calls_;
-    MPI_CHECK(MPI_Allgather(ag_send(in, out), count(in), type(in), out.data_ptr(), count(in), type(in), comm_));
+    add_wait_seconds(waited_s_, [&] {
+      MPI_CHECK(MPI_Allgather(ag_send(in, out), count(in), type(in), out.data_ptr(), count(in), type(in), comm_));
+    });
   }
 
   std::unique_ptr<CommWork> allreduce_sum_async(torch::Tensor& t) override {
@@ -237,11 +247,11 @@ class MpiCollectives final : public Collectives {
       MPI_Op op = sum_op(t);
       MPI_Comm comm = thread_comm_;
       return std::make_unique<ThreadWork>(thread_->submit(
-          [=] { MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, ty, op, comm)); }));
+          [=] { MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, ty, op, comm)); }), &waited_s_);
     }
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), sum_op(t), comm_, &req));
-    return std::make_unique<MpiWork>(req);
+    return std::make_unique<MpiWork>(req, &waited_s_);
   }
 
   std::unique_ptr<CommWork> reduce_scatter_sum_async(const torch::Tensor& in, torch::Tensor& out) override {
@@ -255,12 +265,12 @@ class MpiCollectives final : public Collectives {
       MPI_Op op = sum_op(out);
       MPI_Comm comm = thread_comm_;
       return std::make_unique<ThreadWork>(thread_->submit(
-          [=] { MPI_CHECK(MPI_Reduce_scatter_block(src, dst, n, ty, op, comm)); }));
+          [=] { MPI_CHECK(MPI_Reduce_scatter_block(src, dst, n, ty, op, comm)); }), &waited_s_);
     }
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), sum_op(out), comm_,
                                         &req));
-    return std::make_unique<MpiWork>(req);
+    return std::make_unique<MpiWork>(req, &waited_s_);
   }
 
   std::unique_ptr<CommWork> all_gather_async(const torch::Tensor& in, torch::Tensor& out) override {
@@ -273,11 +283,11 @@ class MpiCollectives final : public Collectives {
       MPI_Datatype ty = type(in);
       MPI_Comm comm = thread_comm_;
       return std::make_unique<ThreadWork>(thread_->submit(
-          [=] { MPI_CHECK(MPI_Allgather(src, n, ty, dst, n, ty, comm)); }));
+          [=] { MPI_CHECK(MPI_Allgather(src, n, ty, dst, n, ty, comm)); }), &waited_s_);
     }
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Iallgather(ag_send(in, out), count(in), type(in), out.data_ptr(), count(in), type(in), comm_, &req));
-    return std::make_unique<MpiWork>(req);
+    return std::make_unique<MpiWork>(req, &waited_s_);
   }
 
  private:

@@ -14,6 +14,7 @@
 
 #include "distributed/collectives_impl.hpp"
 #include "distributed/raw_nccl.hpp"
+#include "distributed/timed_wait.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/distributed/watchdog.hpp"
@@ -33,19 +34,25 @@ nccl::DType nccl_type(const torch::Tensor& t) {
   }
 }
 
+// `waited`: the issuing NcclCollectives' waited_s_. The blocking calls are this
+// wait too, so each collective counts once.
 class NcclWork final : public CommWork {
  public:
-  NcclWork(nccl::Event done, c10::DeviceIndex device) : done_(done), device_(device) {}
+  NcclWork(nccl::Event done, c10::DeviceIndex device, double* waited) : done_(done), device_(device), waited_(waited) {}
   ~NcclWork() override { nccl::event_destroy(done_); }
-  // Orders the caller's current stream after the collective; the host goes on.
+  // Orders the caller's current stream after the collective; the host goes on
+  // (the little host time it takes is what waited_seconds() sees).
   void wait() override {
-    nccl::stream_wait_event(c10::cuda::getCurrentCUDAStream(device_).stream(), done_);
+    add_wait_seconds(*waited_, [&] {
+      nccl::stream_wait_event(c10::cuda::getCurrentCUDAStream(device_).stream(), done_);
+    });
   }
   bool test() override { return nccl::event_done(done_); }
 
  private:
   nccl::Event done_;
   c10::DeviceIndex device_;
+  double* waited_;
 };
 
 class NcclCollectives final : public Collectives {
@@ -132,7 +139,7 @@ class NcclCollectives final : public Collectives {
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), comm_stream_);
     nccl::Event done = nccl::event_create();
     nccl::event_record(done, comm_stream_.stream());
-    return std::make_unique<NcclWork>(done, device_);
+    return std::make_unique<NcclWork>(done, device_, &waited_s_);
   }
 
   Watchdog& watchdog_;

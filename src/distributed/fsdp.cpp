@@ -7,7 +7,6 @@
 #include <torch/torch.h>
 
 #include "distributed/sharded_adamw.hpp"
-#include "distributed/timed_wait.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/collectives.hpp"
@@ -153,7 +152,7 @@ class FsdpStrategy final : public Strategy {
     for (auto& u : units_) u.grad_shard.div_(comm_.world_size());  // sums -> exact averages
   }
 
-  double grad_norm() override { return adam_.grad_norm(exposed_); }
+  double grad_norm() override { return adam_.grad_norm(); }
 
   void step(double lr, double clip_coef) override {
     torch::NoGradGuard no_grad;
@@ -175,8 +174,8 @@ class FsdpStrategy final : public Strategy {
     for (auto& u : units_) u.grad_shard.zero_();
   }
 
-  std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.slices(what); }
-  std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.slices(what); }
+  std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.save_slices(what); }
+  std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.load_slices(what); }
   void finish_load(int64_t optimizer_steps) override {
     torch::NoGradGuard no_grad;
     adam_.finish_load(optimizer_steps);
@@ -189,7 +188,6 @@ class FsdpStrategy final : public Strategy {
   }
   int64_t optimizer_steps() const override { return adam_.steps(); }
 
-  double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return adam_.state_bytes(); }
 
   int64_t persistent_state_bytes() const override {
@@ -243,7 +241,7 @@ class FsdpStrategy final : public Strategy {
     if (u.gather_work) return settle(u);
     if (u.gathered) return;
     resize_storage(u.full, u.numel * u.full.element_size());
-    add_wait_seconds(exposed_, [&] { comm_.all_gather(u.shard, u.full); });
+    comm_.all_gather(u.shard, u.full);
     u.gathered = true;
   }
 
@@ -259,7 +257,7 @@ class FsdpStrategy final : public Strategy {
   // Waits for a prefetch in flight; what is left of its transfer is exposed.
   void settle(Unit& u) {
     if (!u.gather_work) return;
-    add_wait_seconds(exposed_, [&] { u.gather_work->wait(); });
+    u.gather_work->wait();
     u.gather_work.reset();
   }
 
@@ -295,7 +293,7 @@ class FsdpStrategy final : public Strategy {
 
   void complete_pending() {
     if (!pending_.work) return;
-    add_wait_seconds(exposed_, [&] { pending_.work->wait(); });
+    pending_.work->wait();
     torch::NoGradGuard no_grad;
     pending_.unit->grad_shard.add_(pending_.part);
     pending_ = Pending{};
@@ -316,7 +314,6 @@ class FsdpStrategy final : public Strategy {
   std::vector<int> block_unit_;  // block index -> unit
   int root_ = -1;
   std::shared_ptr<FsdpHooks> hooks_;
-  double exposed_ = 0;
 };
 
 // Before the block: forward gathers its parameters (and prefetches the next

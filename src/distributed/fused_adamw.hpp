@@ -1,8 +1,7 @@
 // Private: AdamW's update as one pass over parameter, gradient and both moments,
 // through PyTorch's fused kernel (at::_fused_adamw_, CPU and CUDA: what
-// torch.optim.AdamW(fused=True) runs). Every strategy steps through it: DDP over
-// its parameters, the sharded AdamW of ZeRO-1 and FSDP over the ranges of its
-// shards. The unfused sequence of LibTorch's torch::optim::AdamW read and wrote
+// torch.optim.AdamW(fused=True) runs). Every strategy steps through it: the
+// sharded AdamW of DDP, ZeRO-1 and FSDP over the ranges of its shards. The unfused sequence of LibTorch's torch::optim::AdamW read and wrote
 // the 16M parameters of the small LLaMA seven times (143-145 ms of a ~2 s CPU
 // step); the fused kernel takes 37-46 ms.
 //

@@ -1,7 +1,5 @@
 #include "distributed/grad_buckets.hpp"
 
-#include <chrono>
-
 #include <fmt/format.h>
 
 #include "llmtrain/core/error.hpp"
@@ -109,8 +107,7 @@ void GradBuckets::launch(Bucket& b) {
     b.work = comm_.reduce_scatter_sum_async(b.grad, b.grad_shard);
 }
 
-double GradBuckets::finish() {
-  const auto t0 = std::chrono::steady_clock::now();
+void GradBuckets::finish() {
   LLMTRAIN_CHECK(in_last_, "finish_gradients() called without a backward(loss, last_micro=true) before it");
   // Buckets whose parameters got no gradient in this backward (unused
   // parameters) start now, still in index order.
@@ -123,13 +120,11 @@ double GradBuckets::finish() {
     b.work->wait();
     b.work.reset();
   }
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Averages are exact: sum, then one division by the world size.
   torch::NoGradGuard no_grad;
-  for (auto& b : buckets_) (reduce_ == Reduce::allreduce ? b.grad : b.grad_shard).div_(comm_.world_size());
+  for (auto& b : buckets_) shard_grad(b).div_(comm_.world_size());
   point_grads_at_buckets();
   in_last_ = false;
-  return waited;
 }
 
 void GradBuckets::zero() {

@@ -1,10 +1,13 @@
-// Private: gradients (and, for ZeRO-1, parameters) laid out in flat buckets whose
-// reductions start during the backward of the last micro-step.
+// Private: gradients and parameters laid out in flat buckets whose reductions
+// start during the backward of the last micro-step (Megatron's
+// param_and_grad_buffer: one bucketed buffer serves DDP's allreduce and
+// ZeRO-1's reduce-scatter).
 //
 // Layout: parameters in reverse forward order (backward produces the last
 // layers' gradients first), cut into buckets of about `bucket_bytes`, split
 // where the dtype changes. Each bucket is padded to a multiple of `pad_to`
-// (world size for reduce-scatter, so rank r owns [r*n/W, (r+1)*n/W)).
+// (world size for reduce-scatter, so rank r owns [r*n/W, (r+1)*n/W); with
+// allreduce every rank owns the whole bucket).
 //
 // Gradient flow:
 //   micro-steps before the last: each param's .grad is a view into its bucket,
@@ -15,8 +18,9 @@
 //     slot of a bucket has arrived, the bucket's collective starts (buckets start
 //     strictly in index order, so every rank issues the same sequence). The
 //     gradient autograd then stores in .grad is dropped in finish().
-//   finish(): starts any bucket not yet started (unused parameters), waits,
-//     divides by the world size, points .grad back at the bucket views.
+//   finish(): starts any bucket not yet started (unused parameters), waits
+//     (the Collectives time the waits), divides by the world size, points .grad
+//     back at the bucket views.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -45,7 +49,7 @@ class GradBuckets {
     int64_t numel = 0;        // padded
     torch::Tensor grad;       // (numel,) the local sum, then (allreduce) the average
     torch::Tensor grad_shard; // (numel / world,) reduce_scatter: this rank's averaged shard
-    torch::Tensor param;      // (numel,) when params are flattened (ZeRO-1)
+    torch::Tensor param;      // (numel,) when params are flattened
     std::vector<int> slots;
     int pending = 0;
     bool launched = false;
@@ -61,15 +65,24 @@ class GradBuckets {
   GradBuckets& operator=(const GradBuckets&) = delete;
 
   void backward(const torch::Tensor& loss, bool last_micro);
-  // Waits for the reductions; returns the seconds spent here (exposed comm).
-  double finish();
+  // Waits for the reductions; afterwards this rank's shard of every bucket
+  // holds the average over ranks.
+  void finish();
   void zero();
 
   std::vector<Bucket>& buckets() { return buckets_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<Slot>& slots() const { return slots_; }
-  int64_t shard_numel(const Bucket& b) const { return b.numel / comm_.world_size(); }
-  int64_t shard_begin(const Bucket& b) const { return shard_numel(b) * comm_.rank(); }
+  // This rank's shard of a bucket: elements [shard_begin, shard_begin +
+  // shard_numel), 1/world of it after a reduce-scatter, all of it after an
+  // allreduce; shard_grad is its averaged gradient (after finish()).
+  int64_t shard_numel(const Bucket& b) const {
+    return reduce_ == Reduce::allreduce ? b.numel : b.numel / comm_.world_size();
+  }
+  int64_t shard_begin(const Bucket& b) const { return reduce_ == Reduce::allreduce ? 0 : shard_numel(b) * comm_.rank(); }
+  const torch::Tensor& shard_grad(const Bucket& b) const {
+    return reduce_ == Reduce::allreduce ? b.grad : b.grad_shard;
+  }
 
  private:
   void on_grad(int slot, const torch::Tensor& grad);

@@ -5,7 +5,6 @@
 #include <unordered_set>
 
 #include "distributed/fused_adamw.hpp"
-#include "distributed/timed_wait.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/collectives.hpp"
 
@@ -54,16 +53,17 @@ size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vec
   return shards_.size() - 1;
 }
 
-double ShardedAdamW::grad_norm(double& exposed_seconds) {
+double ShardedAdamW::grad_norm() {
   double sq = 0;
   for (const auto& s : shards_) {
     const double n = s.grad.norm().item<double>();
     sq += n * n;
   }
+  if (sharding_ == Sharding::replicated) return std::sqrt(sq);  // identical on every rank: no traffic
   // On the shards' device: NCCL reduces device memory only.
   const auto device = shards_.empty() ? torch::Device(torch::kCPU) : shards_.front().grad.device();
   auto t = torch::tensor({sq}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
-  add_wait_seconds(exposed_seconds, [&] { comm_.allreduce_sum(t); });
+  comm_.allreduce_sum(t);
   return std::sqrt(t.item<double>());
 }
 
@@ -92,6 +92,12 @@ int64_t ShardedAdamW::state_bytes() const {
   for (const auto& s : shards_)
     b += s.exp_avg.nbytes() + s.exp_avg_sq.nbytes() + (s.master.defined() ? s.master.nbytes() : 0);
   return b;
+}
+
+std::vector<StateSlice> ShardedAdamW::save_slices(StateTensor what) const {
+  // Replicated: every rank holds the same state; rank 0's covers every element once.
+  if (sharding_ == Sharding::replicated && comm_.rank() != 0) return {};
+  return slices(what);
 }
 
 std::vector<StateSlice> ShardedAdamW::slices(StateTensor what) const {

@@ -1,9 +1,12 @@
-// Private: the one sharded AdamW of ZeRO-1 and FSDP (Megatron-LM's
-// DistributedOptimizer, core/optimizer/distrib_optimizer.py, is the model).
+// Private: the one AdamW of every strategy (Megatron-LM's DistributedOptimizer,
+// core/optimizer/distrib_optimizer.py, is the model).
 //
-// Both strategies lay parameters back to back in flat buffers padded to a
-// multiple of the world size W; rank r owns the slice [r n/W, (r+1) n/W) of
-// each buffer: a *shard*. A ShardRange says where one parameter overlaps this
+// Every strategy lays parameters back to back in flat buffers. ZeRO-1 and FSDP
+// pad them to a multiple of the world size W and rank r owns the slice
+// [r n/W, (r+1) n/W) of each buffer: a *shard*. DDP is the same optimizer with
+// a shard group of one (Megatron's DDP): every rank owns every buffer whole
+// (Sharding::replicated), holds the same gradients after the allreduce and
+// takes the same step. A ShardRange says where one parameter overlaps this
 // rank's shard, and everything sharded reads it: the decay split, the fp32
 // master copy, the gradient norm, and the optimizer state that checkpoints
 // write back into whole tensors.
@@ -53,16 +56,22 @@ void broadcast_params(const std::vector<torch::Tensor>& params, Collectives& com
 
 class ShardedAdamW {
  public:
-  ShardedAdamW(const AdamWHyper& hyper, Collectives& comm) : hyper_(hyper), comm_(comm) {}
+  // across_ranks (ZeRO-1, FSDP): each rank's shards are its part of the state.
+  // replicated (DDP): every rank's shards are all of it, the same on every rank.
+  enum class Sharding { across_ranks, replicated };
+
+  ShardedAdamW(const AdamWHyper& hyper, Collectives& comm, Sharding sharding = Sharding::across_ranks)
+      : hyper_(hyper), comm_(comm), sharding_(sharding) {}
 
   // One shard: `param` (n,) this rank's parameters (a view into a flat buffer,
   // or a tensor of its own), `grad` (n,) its averaged gradient (same dtype).
   // Returns the shard's index.
   size_t add_shard(torch::Tensor param, torch::Tensor grad, std::vector<ShardRange> ranges);
 
-  // Global L2 norm of every rank's shards of the gradient (one allreduce); the
-  // seconds waited on it are added to `exposed_seconds`.
-  double grad_norm(double& exposed_seconds);
+  // Global L2 norm of the gradient: the norm of each shard, their squares
+  // summed in double, then over ranks (one allreduce; none when replicated,
+  // where every rank holds the whole averaged gradient).
+  double grad_norm();
   // One AdamW step on every shard with gradients scaled by `grad_scale` (the
   // clip coefficient, divided by float16's loss scale): update the fp32 master
   // or the parameter, copy the master back, then `after_shard(i)` (ZeRO-1
@@ -76,9 +85,11 @@ class ShardedAdamW {
 
   // Checkpoints: one slice per range of every shard, a view of the fp32
   // weights (the master copy, or the parameters where they are fp32) or of a
-  // moment. The same views serve saving and loading; finish_load(steps) then
-  // copies masters into the parameters and sets the step count.
-  std::vector<StateSlice> slices(StateTensor what) const;
+  // moment. The same views serve saving and loading (replicated: rank 0 saves,
+  // every rank loads); finish_load(steps) then copies masters into the
+  // parameters and sets the step count.
+  std::vector<StateSlice> save_slices(StateTensor what) const;
+  std::vector<StateSlice> load_slices(StateTensor what) const { return slices(what); }
   void finish_load(int64_t steps);
 
  private:
@@ -86,8 +97,11 @@ class ShardedAdamW {
     torch::Tensor param, grad, master, exp_avg, exp_avg_sq;
     std::vector<ShardRange> ranges;
   };
+  std::vector<StateSlice> slices(StateTensor what) const;
+
   AdamWHyper hyper_;
   Collectives& comm_;
+  Sharding sharding_;
   std::vector<Shard> shards_;
   int64_t step_ = 0;
 };

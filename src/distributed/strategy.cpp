@@ -1,7 +1,5 @@
 #include "llmtrain/distributed/strategy.hpp"
 
-#include <array>
-#include <cmath>
 #include <unordered_set>
 #include <vector>
 
@@ -9,10 +7,8 @@
 #include <torch/torch.h>
 
 #include "distributed/fsdp.hpp"
-#include "distributed/fused_adamw.hpp"
 #include "distributed/grad_buckets.hpp"
 #include "distributed/sharded_adamw.hpp"
-#include "distributed/timed_wait.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/collectives.hpp"
@@ -41,126 +37,69 @@ StrategyOptions StrategyOptions::from_config(const Config& c) {
 
 namespace {
 
+// Each bucket becomes one shard of the AdamW: this rank's shard of it (all of
+// it under DDP's allreduce, 1/world of it under ZeRO-1's reduce-scatter), its
+// parameters' ranges in it and their decay flags.
+void add_bucket_shards(const GradBuckets& buckets, ShardedAdamW& adam) {
+  const auto& slots = buckets.slots();
+  for (const auto& b : buckets.buckets()) {
+    std::vector<FlatEntry> entries;
+    for (int si : b.slots) entries.push_back({slots[si].index, slots[si].offset, slots[si].numel, slots[si].decay});
+    const int64_t lo = buckets.shard_begin(b), n = buckets.shard_numel(b);
+    adam.add_shard(b.param.narrow(0, lo, n), buckets.shard_grad(b), shard_ranges(entries, lo, n));
+  }
+}
+
 // ---- plain data parallel ---------------------------------------------------------
+// The distributed optimizer with a shard group of one (Megatron's DDP): buckets
+// as in ZeRO-1, all-reduced instead of reduce-scattered, and every rank owns
+// every bucket whole (ShardedAdamW::Sharding::replicated). The gradients are
+// identical on every rank after the allreduce, so every rank takes the same
+// step and nothing is gathered afterwards.
 
 class DdpStrategy final : public Strategy {
  public:
   DdpStrategy(const StrategyOptions& o, const ParamGroups& g, Collectives& comm)
-      : comm_(comm),
-        params_(g.params),
-        decay_(decay_flags(g)),
-        hyper_(o.adamw),
+      : params_(g.params),
         // Rank 0's values reach every rank before the buckets copy them.
-        buckets_((broadcast_params(g.params, comm), g.params), decay_, o.bucket_bytes, comm,
-                 GradBuckets::Reduce::allreduce, /*flatten_params=*/false) {
-    torch::NoGradGuard no_grad;
-    for (const auto& p : params_) {
-      exp_avg_.push_back(p.requires_grad() ? torch::zeros_like(p) : torch::Tensor());
-      exp_avg_sq_.push_back(p.requires_grad() ? torch::zeros_like(p) : torch::Tensor());
-      if (p.requires_grad()) state_bytes_ += 2 * p.numel() * p.element_size();
-    }
+        buckets_((broadcast_params(g.params, comm), g.params), decay_flags(g), o.bucket_bytes, comm,
+                 GradBuckets::Reduce::allreduce, /*flatten_params=*/true),
+        adam_(o.adamw, comm, ShardedAdamW::Sharding::replicated) {
+    add_bucket_shards(buckets_, adam_);
   }
 
   std::string name() const override { return "ddp"; }
   void backward(const torch::Tensor& loss, bool last_micro) override { buckets_.backward(loss, last_micro); }
-  void finish_gradients() override { exposed_ += buckets_.finish(); }
-
-  double grad_norm() override {
-    // Gradients are identical on every rank after the allreduce: no traffic.
-    double sq = 0;
-    for (auto& b : buckets_.buckets()) {
-      const double n = b.grad.norm().item<double>();
-      sq += n * n;
-    }
-    return std::sqrt(sq);
-  }
+  void finish_gradients() override { buckets_.finish(); }
+  double grad_norm() override { return adam_.grad_norm(); }  // no traffic: the gradients are the same everywhere
 
   // The clip coefficient goes into the fused kernel, which scales the
   // gradients as it reads them.
   void step(double lr, double clip_coef) override {
-    torch::NoGradGuard no_grad;
-    ++steps_;
-    AdamWLists dec, nodec;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto& p = params_[i];
-      if (!p.requires_grad() || !p.grad().defined()) continue;
-      (decay_[i] ? dec : nodec).add(p.detach(), p.grad(), exp_avg_[i], exp_avg_sq_[i]);
-    }
-    fused_adamw_step(dec, hyper_, lr, hyper_.weight_decay, steps_, clip_coef);
-    fused_adamw_step(nodec, hyper_, lr, 0.0, steps_, clip_coef);
+    adam_.step(lr, clip_coef, /*after_shard=*/nullptr);
     buckets_.zero();
   }
   void skip_step() override { buckets_.zero(); }
 
   // Every rank holds the same state: rank 0 saves all of it, every rank loads all of it.
-  std::vector<StateSlice> save_slices(StateTensor what) override {
-    std::vector<StateSlice> out;
-    if (comm_.rank() != 0) return out;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const auto& p = params_[i];
-      torch::Tensor v;
-      if (what == StateTensor::weights) {
-        v = p.detach();
-      } else if (p.requires_grad()) {
-        v = what == StateTensor::exp_avg ? exp_avg_[i] : exp_avg_sq_[i];  // zeros before the first step
-      } else {
-        v = torch::zeros_like(p);
-      }
-      out.push_back({static_cast<int>(i), 0, v.reshape({-1}).to(torch::kFloat).contiguous()});
-    }
-    return out;
-  }
-  std::vector<StateSlice> load_slices(StateTensor what) override {
-    auto& bufs = loading_[static_cast<int>(what)];
-    bufs.clear();
-    std::vector<StateSlice> out;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      bufs.push_back(torch::empty({params_[i].numel()}, torch::TensorOptions().dtype(torch::kFloat)
-                                                            .device(params_[i].device())));
-      out.push_back({static_cast<int>(i), 0, bufs.back()});
-    }
-    return out;
-  }
-  void finish_load(int64_t optimizer_steps) override {
-    torch::NoGradGuard no_grad;
-    const auto& w = loading_[static_cast<int>(StateTensor::weights)];
-    const auto& m = loading_[static_cast<int>(StateTensor::exp_avg)];
-    const auto& v = loading_[static_cast<int>(StateTensor::exp_avg_sq)];
-    LLMTRAIN_CHECK(w.size() == params_.size() && m.size() == params_.size() && v.size() == params_.size(),
-                   "DDP: finish_load without every load slice");
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto& p = params_[i];
-      p.detach().copy_(w[i].view(p.sizes()));
-      if (p.requires_grad()) {
-        exp_avg_[i].copy_(m[i].view(p.sizes()));
-        exp_avg_sq_[i].copy_(v[i].view(p.sizes()));
-      }
-    }
-    steps_ = optimizer_steps;
-    for (auto& l : loading_) l.clear();
-  }
-  int64_t optimizer_steps() const override { return steps_; }
+  std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.save_slices(what); }
+  std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.load_slices(what); }
+  void finish_load(int64_t optimizer_steps) override { adam_.finish_load(optimizer_steps); }
+  int64_t optimizer_steps() const override { return adam_.steps(); }
 
-  double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
-  int64_t optimizer_state_bytes() const override { return state_bytes_; }
+  int64_t optimizer_state_bytes() const override { return adam_.state_bytes(); }
   int64_t persistent_state_bytes() const override {
-    int64_t b = state_bytes_;
-    for (const auto& p : params_) b += p.nbytes();
-    for (auto& bk : buckets_.buckets()) b += bk.grad.nbytes();
+    int64_t b = adam_.state_bytes();
+    for (const auto& bk : buckets_.buckets()) b += bk.param.nbytes() + bk.grad.nbytes();
+    for (const auto& p : params_)
+      if (!p.requires_grad()) b += p.nbytes();  // not in a bucket
     return b;
   }
 
  private:
-  Collectives& comm_;
   std::vector<torch::Tensor> params_;
-  std::vector<bool> decay_;  // per parameter: AdamW decays it
-  AdamWHyper hyper_;
   GradBuckets buckets_;
-  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // per parameter, like it (undefined without grad)
-  int64_t steps_ = 0;
-  std::array<std::vector<torch::Tensor>, 3> loading_;  // fp32 buffers of load_slices, per StateTensor
-  double exposed_ = 0;
-  int64_t state_bytes_ = 0;
+  ShardedAdamW adam_;
 };
 
 // ---- ZeRO-1 ---------------------------------------------------------------------
@@ -177,19 +116,13 @@ class Zero1Strategy final : public Strategy {
         buckets_((broadcast_params(g.params, comm), g.params), decay_flags(g), o.bucket_bytes, comm,
                  GradBuckets::Reduce::reduce_scatter, /*flatten_params=*/true),
         adam_(o.adamw, comm) {
-    const auto& slots = buckets_.slots();
-    for (auto& b : buckets_.buckets()) {
-      std::vector<FlatEntry> entries;
-      for (int si : b.slots) entries.push_back({slots[si].index, slots[si].offset, slots[si].numel, slots[si].decay});
-      const int64_t lo = buckets_.shard_begin(b), n = buckets_.shard_numel(b);
-      adam_.add_shard(b.param.narrow(0, lo, n), b.grad_shard, shard_ranges(entries, lo, n));
-    }
+    add_bucket_shards(buckets_, adam_);
   }
 
   std::string name() const override { return "zero1"; }
   void backward(const torch::Tensor& loss, bool last_micro) override { buckets_.backward(loss, last_micro); }
-  void finish_gradients() override { exposed_ += buckets_.finish(); }
-  double grad_norm() override { return adam_.grad_norm(exposed_); }
+  void finish_gradients() override { buckets_.finish(); }
+  double grad_norm() override { return adam_.grad_norm(); }
 
   // Each bucket's parameter all-gather starts as soon as its shard is updated
   // and travels while the next shards are updated; the wait at the end is the
@@ -203,15 +136,13 @@ class Zero1Strategy final : public Strategy {
       auto shard = adam_.param_shard(i);
       gathers.push_back(comm_.all_gather_async(shard, bs[i].param));  // in place: the shard sits in the bucket
     });
-    add_wait_seconds(exposed_, [&] {
-      for (auto& w : gathers) w->wait();
-    });
+    for (auto& w : gathers) w->wait();
     buckets_.zero();
   }
   void skip_step() override { buckets_.zero(); }
 
-  std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.slices(what); }
-  std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.slices(what); }
+  std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.save_slices(what); }
+  std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.load_slices(what); }
   void finish_load(int64_t optimizer_steps) override {
     torch::NoGradGuard no_grad;
     adam_.finish_load(optimizer_steps);
@@ -223,7 +154,6 @@ class Zero1Strategy final : public Strategy {
   }
   int64_t optimizer_steps() const override { return adam_.steps(); }
 
-  double take_exposed_comm_seconds() override { return std::exchange(exposed_, 0.0); }
   int64_t optimizer_state_bytes() const override { return adam_.state_bytes(); }
   int64_t persistent_state_bytes() const override {
     int64_t b = adam_.state_bytes();
@@ -236,7 +166,6 @@ class Zero1Strategy final : public Strategy {
   Collectives& comm_;
   GradBuckets buckets_;
   ShardedAdamW adam_;
-  double exposed_ = 0;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Private: the strategies' account of exposed communication. Runs `f` (a wait
-// on a collective, or a blocking one) and adds its wall time to `seconds`.
+// Private: how the Collectives implementations account for the host time they
+// block (Collectives::waited_seconds). Runs `f` (a blocking collective, or a
+// wait on a nonblocking one) and adds its wall time to `seconds`.
 #pragma once
 #include <chrono>
 #include <utility>

@@ -14,6 +14,7 @@
 #endif
 
 #include "llmtrain/core/progress.hpp"
+#include "llmtrain/distributed/collectives.hpp"
 
 namespace llmtrain {
 namespace {
@@ -208,12 +209,19 @@ std::vector<std::string> check_iteration_record(const nlohmann::json& r, double 
   return errs;
 }
 
-Metrics::Metrics(MetricsSetup setup) : setup_(std::move(setup)) {}
+Metrics::Metrics(MetricsSetup setup, const Collectives* comm) : setup_(std::move(setup)), comm_(comm) {}
 
-void Metrics::PhaseTimer::stop() {
+void Metrics::PhaseScope::close() {
   if (!m_) return;
-  m_->add_phase(p_, std::chrono::duration<double>(Clock::now() - t0_).count());
+  m_->charge(p_, open_, m_->mark());
   m_ = nullptr;
+}
+
+Metrics::Mark Metrics::mark() const { return {Clock::now(), comm_ ? comm_->waited_seconds() : 0.0}; }
+
+void Metrics::charge(Phase p, const Mark& open, const Mark& close) {
+  add_phase(p, std::chrono::duration<double>(close.time - open.time).count());
+  move_seconds(p, Phase::communication, close.comm_waited_s - open.comm_waited_s);
 }
 
 void Metrics::start_iter() {

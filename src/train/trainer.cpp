@@ -44,6 +44,24 @@ void sync_device(torch::Device d) {
 #endif
 }
 
+// The training loop's console: the progress bar, and the lines printed around
+// it; with the bar off (LLMTRAIN_PROGRESS=off, or not rank 0) they are plain
+// rank-0 lines.
+class Console {
+ public:
+  Console(int64_t start_iter, int64_t end_iter) : bar_(start_iter, end_iter, ProgressBar::detect_mode()) {}
+  void say(const std::string& line) {
+    if (bar_.mode() == ProgressBar::Mode::off)
+      log::info("{}", line);
+    else
+      bar_.print_line(line);
+  }
+  ProgressBar& bar() { return bar_; }
+
+ private:
+  ProgressBar bar_;
+};
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -117,7 +135,7 @@ struct Trainer::Impl {
     setup.num_devices = rt.world_size();
     setup.peak = resolve_peak(rt.device_name(), cfg.dtype, cfg.peak_tflops);
     setup.device = device;
-    metrics = std::make_unique<Metrics>(setup);
+    metrics = std::make_unique<Metrics>(setup, comm.get());  // waits on collectives in a phase = communication
     RunEnvironment env;
     env.world_size = rt.world_size();
     env.num_nodes = rt.num_nodes();
@@ -297,6 +315,25 @@ struct Trainer::Impl {
   // One iteration: accumulate micro-batches, reduce, clip, step. The window
   // between start_iter and end_iter is bounded by device synchronizations.
   IterationMetrics train_step(int64_t iter) {
+    begin_iteration(iter);                                    // watchdog, fault points, sync, metrics window
+    const double lr = schedule.at(iter);
+    const torch::Tensor loss_sum = forward_backward(iter);    // accum micro-batches; DDP reduces in the last
+    reduce_gradients(iter);                                   // gradients now averaged over ranks
+    const double scale = scaler.scale();                      // float16's loss scale (1 otherwise)
+    const double loss = mean_over_ranks(loss_sum.item<double>());  // the same on every rank
+    const Update u = update(iter, lr, loss, scale);           // norm, clip, AdamW; or no update on any rank
+    sync_device(device);
+    IterationMetrics it = metrics->end_iter(iter, loss, lr, u.grad_norm, u.grad_stats);
+    rt.watchdog().iteration_done(it.dt_ms / 1e3);
+    rt.watchdog().activity(fmt::format("after iteration {}: run log, evaluation, checkpoint", iter));
+    if (scaler.enabled()) it.loss_scale = scale;
+    it.skipped_step = u.skipped;
+    it.bad_step = u.bad;
+    return it;
+  }
+  // ---- TRAINING STEP END ----
+
+  void begin_iteration(int64_t iter) {
     rt.watchdog().iteration_begin(iter);
     rt.watchdog().activity(fmt::format("iteration {}: data, forward/backward", iter));
     if (fault::hit(fault::Point::fail_iteration, rt.rank(), iter))
@@ -306,8 +343,13 @@ struct Trainer::Impl {
       std::this_thread::sleep_for(std::chrono::milliseconds(fault::value(fault::Point::iteration_sleep)));
     sync_device(device);
     metrics->start_iter();
-    strategy->take_exposed_comm_seconds();                    // drop waits from before (eval's FSDP gathers)
-    const double lr = schedule.at(iter);
+  }
+
+  // The iteration's micro-batches, each loaded (Phase::data), then forward
+  // under autocast and backward through the strategy (Phase::forward_backward;
+  // FSDP gathers each block's shards inside, its waits count as
+  // communication). Returns the sum of the micro-batches' losses / accum.
+  torch::Tensor forward_backward(int64_t iter) {
     const int64_t accum = cfg.gradient_accumulation_steps;
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
     for (int64_t micro = 0; micro < accum; ++micro) {
@@ -328,59 +370,164 @@ struct Trainer::Impl {
                          /*last_micro=*/micro + 1 == accum);  // DDP: reduces only on the last
       loss_sum += loss.detach().to(torch::kFloat);
     }
-    charge_exposed_comm(Phase::forward_backward);             // FSDP: gathers not hidden by prefetch
-    rt.watchdog().activity(fmt::format("iteration {}: gradient reduction", iter));
-    {
-      auto t = metrics->phase(Phase::communication);          // only what did not overlap
-      strategy->finish_gradients();                           // gradients now averaged over ranks
-    }
-    charge_exposed_comm(Phase::communication);
-    double grad_norm = 0;
-    std::optional<GradNormStats> grad_stats;
-    const double scale = scaler.scale();
-    bool skipped = false;
-    std::string bad;                                          // why this step is an anomaly ("" = it is not)
-    const double loss = mean_over_ranks(loss_sum.item<double>());  // the same on every rank
-    {
-      auto t = metrics->phase(Phase::optimizer);
-      rt.watchdog().activity(fmt::format("iteration {}: gradient norm, optimizer step, loss allreduce", iter));
-      const double scaled_norm = strategy->grad_norm();       // global, across ranks and shards
-      grad_norm = scaled_norm / scale;
-      if (cfg.gradient_log_interval > 0 && iter % cfg.gradient_log_interval == 0)
-        grad_stats = summarize_grad_norms(parameter_grad_norms(named_parameters(), scale), grad_norm, cfg.grad_clip);
-      // Every rank sees the same loss and norm, so every rank takes the same branch.
-      if (!std::isfinite(loss))
-        bad = fmt::format("loss is {}", loss);
-      else if (!std::isfinite(scaled_norm) && !scaler.enabled())
-        bad = fmt::format("gradient norm is {}", scaled_norm);
-      const bool finite = bad.empty() && std::isfinite(scaled_norm);
-      // float16: a non-finite norm is the loss scale overflowing: halve it, no update.
-      const bool take = scaler.update(finite ? scaled_norm : std::numeric_limits<double>::infinity()) && finite;
-      if (take) {
-        const bool clip = cfg.grad_clip > 0 && grad_norm > cfg.grad_clip;
-        const double clip_coef = clip ? cfg.grad_clip / (grad_norm + 1e-6) : 1.0;
-        strategy->step(lr, clip_coef / scale);                // AdamW (sharded: ZeRO-1/FSDP)
-      } else {
-        strategy->skip_step();                                // no update on any rank
-        skipped = true;
-      }
-    }
-    charge_exposed_comm(Phase::optimizer);                    // sharded: norm allreduce, parameter gathers
-    sync_device(device);
-    IterationMetrics it = metrics->end_iter(iter, loss, lr, grad_norm, grad_stats);
-    rt.watchdog().iteration_done(it.dt_ms / 1e3);
-    rt.watchdog().activity(fmt::format("after iteration {}: run log, evaluation, checkpoint", iter));
-    if (scaler.enabled()) it.loss_scale = scale;
-    it.skipped_step = skipped;
-    it.bad_step = bad;
-    return it;
+    return loss_sum;
   }
-  // ---- TRAINING STEP END ----
 
-  // The strategy's waits on communication inside `phase` count as
-  // communication (for the communication phase itself this moves nothing).
-  void charge_exposed_comm(Phase phase) {
-    metrics->move_seconds(phase, Phase::communication, strategy->take_exposed_comm_seconds());
+  // Waits for the gradient reductions still in flight: what did not overlap
+  // the backward is the iteration's Phase::communication.
+  void reduce_gradients(int64_t iter) {
+    rt.watchdog().activity(fmt::format("iteration {}: gradient reduction", iter));
+    auto t = metrics->phase(Phase::communication);
+    strategy->finish_gradients();
+  }
+
+  // What the optimizer part of an iteration did.
+  struct Update {
+    double grad_norm = 0;                     // global, across ranks and shards, unscaled
+    std::optional<GradNormStats> grad_stats;  // on gradient_log_interval iterations
+    bool skipped = false;                     // no update was made on any rank
+    std::string bad;                          // why this step is an anomaly ("" = it is not)
+  };
+
+  // Phase::optimizer: the global gradient norm, the clip coefficient and the
+  // AdamW step, or a skipped step (a non-finite loss or norm; float16's scale
+  // overflowing). Every rank sees the same loss and norm, so every rank takes
+  // the same branch. The sharded strategies' norm allreduce and parameter
+  // gathers count as communication.
+  Update update(int64_t iter, double lr, double loss, double scale) {
+    auto t = metrics->phase(Phase::optimizer);
+    rt.watchdog().activity(fmt::format("iteration {}: gradient norm, optimizer step, loss allreduce", iter));
+    Update u;
+    const double scaled_norm = strategy->grad_norm();
+    u.grad_norm = scaled_norm / scale;
+    if (cfg.gradient_log_interval > 0 && iter % cfg.gradient_log_interval == 0)
+      u.grad_stats = summarize_grad_norms(parameter_grad_norms(named_parameters(), scale), u.grad_norm, cfg.grad_clip);
+    if (!std::isfinite(loss))
+      u.bad = fmt::format("loss is {}", loss);
+    else if (!std::isfinite(scaled_norm) && !scaler.enabled())
+      u.bad = fmt::format("gradient norm is {}", scaled_norm);
+    const bool finite = u.bad.empty() && std::isfinite(scaled_norm);
+    // float16: a non-finite norm is the loss scale overflowing: halve it, no update.
+    const bool take = scaler.update(finite ? scaled_norm : std::numeric_limits<double>::infinity()) && finite;
+    if (take) {
+      const bool clip = cfg.grad_clip > 0 && u.grad_norm > cfg.grad_clip;
+      const double clip_coef = clip ? cfg.grad_clip / (u.grad_norm + 1e-6) : 1.0;
+      strategy->step(lr, clip_coef / scale);                  // AdamW, the clip coefficient as its gradient scale
+    } else {
+      strategy->skip_step();                                  // no update on any rank
+      u.skipped = true;
+    }
+    return u;
+  }
+
+  // ---- the loop's parts, in the order Trainer::run_loop calls them ----
+
+  // eval_only=True: evaluate the loaded model (train and val), log, export.
+  TrainResult evaluate_only() {
+    TrainResult result;
+    const int64_t at = state.iteration;  // the loaded checkpoint's
+    result.final_train_loss = evaluate("train");
+    result.final_val_loss = evaluate("val");
+    const std::string what = resumed ? resumed->path : cfg.init_from;
+    log::info("eval of {} (iteration {}): train loss {:.4f}, val loss {:.4f}", what, at, result.final_train_loss,
+              result.final_val_loss);
+    run_log->add_eval(eval_entry(at, result.final_train_loss, result.final_val_loss));
+    run_log->flush(/*force=*/true);
+    result.iterations = 0;
+    result.run_log_path = run_log->path();
+    export_model();
+    return result;
+  }
+
+  // The iteration's run-log record, and its self-check failures as errors.
+  void record_iteration(const IterationMetrics& it) {
+    run_log->add_iteration(it.to_json());
+    for (const auto& e : it.errors) {
+      run_log->add_error(e);
+      log::warn("self-check failed at iter {}: {}", it.iter, e);
+    }
+  }
+
+  // A non-finite loss or gradient norm skipped its update on every rank; too
+  // many in a row means the run has diverged: the run ends naming the last
+  // good checkpoint.
+  void count_bad_step(const IterationMetrics& it) {
+    if (it.bad_step.empty()) {
+      consecutive_bad_steps = 0;
+      return;
+    }
+    ++state.bad_steps;
+    ++consecutive_bad_steps;
+    const std::string msg = fmt::format("iteration {}: {}; the update was skipped on every rank ({} in a row, "
+                                        "max_bad_steps = {})",
+                                        it.iter, it.bad_step, consecutive_bad_steps, cfg.max_bad_steps);
+    run_log->add_event({{"iter", it.iter}, {"kind", "bad_step"}, {"message", msg}});
+    log::warn("{}", msg);
+    if (consecutive_bad_steps < cfg.max_bad_steps) return;
+    run_log->flush(/*force=*/true);
+    const std::string good = checkpointer->latest_path();
+    throw Error(fmt::format("training diverged: {} non-finite steps in a row up to iteration {} (lr {:.3e}); "
+                            "the last good checkpoint is {}; lower learning_rate or raise warmup_iters and "
+                            "resume from it (init_from=resume)",
+                            consecutive_bad_steps, it.iter, it.lr,
+                            good.empty() ? std::string("none (no checkpoint was written)") : good));
+  }
+
+  // Train and val loss after state.iteration iterations; as the seeds: save
+  // when val improves, or at every evaluation if asked.
+  void evaluate_and_checkpoint(TrainResult& result, Console& console) {
+    result.final_train_loss = evaluate("train");
+    result.final_val_loss = evaluate("val");
+    run_log->add_eval(eval_entry(state.iteration, result.final_train_loss, result.final_val_loss));
+    console.say(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", state.iteration,
+                            result.final_train_loss, result.final_val_loss));
+    const bool improved = result.final_val_loss < state.best_val_loss;
+    if (improved) state.best_val_loss = result.final_val_loss;
+    if (improved || cfg.always_save_checkpoint) save_checkpoint(improved ? "val loss improved" : "evaluation");
+    run_log->flush(/*force=*/true);
+  }
+
+  // Every checkpoint_interval iterations, except during a run of bad steps: the
+  // last checkpoint stays the last good state.
+  void checkpoint_on_interval(const IterationMetrics& it) {
+    if (cfg.checkpoint_interval <= 0 || state.iteration % cfg.checkpoint_interval != 0 || !it.bad_step.empty())
+      return;
+    save_checkpoint("checkpoint_interval");
+    run_log->flush(/*force=*/true);
+  }
+
+  // Slurm's warning before the time limit (or a pre-emption), seen by any rank:
+  // every rank checkpoints and leaves with the requeue code; the requeued job
+  // resumes from here. Returns whether the run stops.
+  bool stop_on_signal(TrainResult& result, Console& console) {
+    const int sig = stop_signal_any_rank();
+    if (!sig) return false;
+    result.stopped_by_signal = sig;
+    result.checkpoint = save_checkpoint("stop signal");
+    const std::string msg = fmt::format("stopped by signal {} after iteration {} of {}; checkpoint {} (resume "
+                                        "with init_from=resume)",
+                                        sig, state.iteration, cfg.max_iters, result.checkpoint);
+    run_log->add_event({{"iter", state.iteration}, {"kind", "stopped"}, {"signal", sig}, {"message", msg}});
+    console.say(msg);
+    return true;
+  }
+
+  // The run log's summary and status; the model exported unless a signal
+  // stopped the run early.
+  TrainResult finish_run(TrainResult result) {
+    rt.watchdog().activity("end of the run: summary, run log");
+    const auto summary = metrics->summary(cfg.warmup_report_iters);
+    auto s = summary;
+    s["bad_steps"] = state.bad_steps;
+    s["status"] = result.stopped_by_signal ? "stopped" : "completed";
+    if (result.stopped_by_signal) s["stop_signal"] = result.stopped_by_signal;
+    run_log->set_summary(s);
+    run_log->flush(/*force=*/true);
+    result.tokens_per_sec = summary.value("tokens_per_sec", 0.0);
+    result.run_log_path = run_log->path();
+    if (!result.stopped_by_signal) export_model();  // a stopped run is not the finished model (collective under FSDP)
+    rt.watchdog().idle();
+    return result;
   }
 };
 
@@ -408,113 +555,31 @@ TrainResult Trainer::run() {
   }
 }
 
+// The loop, top to bottom: step, record, console, evaluate, checkpoint, stop.
 TrainResult Trainer::run_loop() {
   auto& m = *impl_;
   const Config& cfg = m.cfg;
+  if (cfg.eval_only) return m.evaluate_only();
   TrainResult result;
-  if (cfg.eval_only) {
-    const int64_t at = m.state.iteration;  // the loaded checkpoint's
-    result.final_train_loss = m.evaluate("train");
-    result.final_val_loss = m.evaluate("val");
-    const std::string what = m.resumed ? m.resumed->path : cfg.init_from;
-    log::info("eval of {} (iteration {}): train loss {:.4f}, val loss {:.4f}", what, at, result.final_train_loss,
-              result.final_val_loss);
-    m.run_log->add_eval(m.eval_entry(at, result.final_train_loss, result.final_val_loss));
-    m.run_log->flush(/*force=*/true);
-    result.iterations = 0;
-    result.run_log_path = m.run_log->path();
-    m.export_model();
-    return result;
-  }
-  ProgressBar bar(m.state.iteration, cfg.max_iters, ProgressBar::detect_mode());
-  // Console lines go around the bar; with the bar off (LLMTRAIN_PROGRESS=off, or
-  // not rank 0) they are plain rank-0 lines.
-  auto say = [&bar](const std::string& line) {
-    if (bar.mode() == ProgressBar::Mode::off)
-      log::info("{}", line);
-    else
-      bar.print_line(line);
-  };
+  Console console(m.state.iteration, cfg.max_iters);
   for (int64_t iter = m.state.iteration; iter < cfg.max_iters; ++iter) {
     const IterationMetrics it = m.train_step(iter);
     m.state.iteration = iter + 1;
-    m.run_log->add_iteration(it.to_json());
-    for (const auto& e : it.errors) {
-      m.run_log->add_error(e);
-      log::warn("self-check failed at iter {}: {}", iter, e);
-    }
-    // A non-finite loss or gradient norm skipped its update on every rank; too
-    // many in a row means the run has diverged.
-    if (!it.bad_step.empty()) {
-      ++m.state.bad_steps;
-      ++m.consecutive_bad_steps;
-      const std::string msg = fmt::format("iteration {}: {}; the update was skipped on every rank ({} in a row, "
-                                          "max_bad_steps = {})",
-                                          iter, it.bad_step, m.consecutive_bad_steps, cfg.max_bad_steps);
-      m.run_log->add_event({{"iter", iter}, {"kind", "bad_step"}, {"message", msg}});
-      log::warn("{}", msg);
-      if (m.consecutive_bad_steps >= cfg.max_bad_steps) {
-        m.run_log->flush(/*force=*/true);
-        const std::string good = m.checkpointer->latest_path();
-        throw Error(fmt::format("training diverged: {} non-finite steps in a row up to iteration {} (lr {:.3e}); "
-                                "the last good checkpoint is {}; lower learning_rate or raise warmup_iters and "
-                                "resume from it (init_from=resume)",
-                                m.consecutive_bad_steps, iter, it.lr,
-                                good.empty() ? std::string("none (no checkpoint was written)") : good));
-      }
-    } else {
-      m.consecutive_bad_steps = 0;
-    }
+    m.record_iteration(it);                                   // run log, self-check failures
+    m.count_bad_step(it);                                     // max_bad_steps in a row end the run
     const bool last = iter + 1 == cfg.max_iters;
-    if (iter % cfg.log_interval == 0 || last) say(format_iteration_line(it, cfg.max_iters));
-    bar.update(iter + 1);
-    if ((iter + 1) % cfg.eval_interval == 0 || last) {
-      result.final_train_loss = m.evaluate("train");
-      result.final_val_loss = m.evaluate("val");
-      m.run_log->add_eval(m.eval_entry(iter + 1, result.final_train_loss, result.final_val_loss));
-      say(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", iter + 1,
-                                 result.final_train_loss, result.final_val_loss));
-      // As the seeds: save when val improves, or at every evaluation if asked.
-      const bool improved = result.final_val_loss < m.state.best_val_loss;
-      if (improved) m.state.best_val_loss = result.final_val_loss;
-      if (improved || cfg.always_save_checkpoint) m.save_checkpoint(improved ? "val loss improved" : "evaluation");
-      m.run_log->flush(/*force=*/true);
-    } else {
+    if (iter % cfg.log_interval == 0 || last) console.say(format_iteration_line(it, cfg.max_iters));
+    console.bar().update(iter + 1);
+    if ((iter + 1) % cfg.eval_interval == 0 || last)
+      m.evaluate_and_checkpoint(result, console);             // checkpoint when val improved
+    else
       m.run_log->flush();
-    }
-    // Not during a run of bad steps: the last checkpoint stays the last good state.
-    if (cfg.checkpoint_interval > 0 && (iter + 1) % cfg.checkpoint_interval == 0 && it.bad_step.empty()) {
-      m.save_checkpoint("checkpoint_interval");
-      m.run_log->flush(/*force=*/true);
-    }
+    m.checkpoint_on_interval(it);
     result.iterations = iter + 1 - (m.resumed ? m.resumed->state.iteration : 0);
-    if (const int sig = m.stop_signal_any_rank()) {
-      // Slurm's warning before the time limit (or a pre-emption): checkpoint and
-      // leave with the requeue code; the requeued job resumes from here.
-      result.stopped_by_signal = sig;
-      result.checkpoint = m.save_checkpoint("stop signal");
-      const std::string msg = fmt::format("stopped by signal {} after iteration {} of {}; checkpoint {} (resume "
-                                          "with init_from=resume)",
-                                          sig, iter + 1, cfg.max_iters, result.checkpoint);
-      m.run_log->add_event({{"iter", iter + 1}, {"kind", "stopped"}, {"signal", sig}, {"message", msg}});
-      say(msg);
-      break;
-    }
+    if (m.stop_on_signal(result, console)) break;             // SIGUSR1/SIGTERM: checkpoint, exit 124
   }
-  bar.finish();
-  m.rt.watchdog().activity("end of the run: summary, run log");
-  const auto summary = m.metrics->summary(cfg.warmup_report_iters);
-  auto s = summary;
-  s["bad_steps"] = m.state.bad_steps;
-  s["status"] = result.stopped_by_signal ? "stopped" : "completed";
-  if (result.stopped_by_signal) s["stop_signal"] = result.stopped_by_signal;
-  m.run_log->set_summary(s);
-  m.run_log->flush(/*force=*/true);
-  result.tokens_per_sec = summary.value("tokens_per_sec", 0.0);
-  result.run_log_path = m.run_log->path();
-  if (!result.stopped_by_signal) m.export_model();  // a stopped run is not the finished model (collective under FSDP)
-  m.rt.watchdog().idle();
-  return result;
+  console.bar().finish();
+  return m.finish_run(result);
 }
 
 }  // namespace llmtrain

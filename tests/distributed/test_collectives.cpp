@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <thread>
+
 #include "llmtrain/distributed/collectives.hpp"
 #include "test_util.hpp"
 
@@ -144,6 +147,39 @@ TEST(Collectives, AsyncAllGatherMatchesBlocking) {
     EXPECT_EQ(c->num_calls() - before, 5);
     auto bad = torch::ones({5});
     if (W > 1) EXPECT_THROW(c->all_gather_async(bad, bad), std::exception);
+  }
+}
+
+// waited_seconds() counts the host time blocked in collectives: a rank that
+// arrives 50 ms late makes the others wait about that long, in a blocking call
+// and in CommWork::wait() alike; issuing nonblocking work and test() count
+// nothing. Both MPI ways of running the nonblocking forms.
+TEST(Collectives, WaitedSecondsCountsTheBlockedHostTime) {
+  for (auto mode : {MpiAsync::nonblocking, MpiAsync::comm_thread}) {
+    auto c = make_collectives(testing::runtime(), torch::kCPU, mode);
+    const bool late = c->rank() == 0;
+    auto arrive = [&] {
+      if (late) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    };
+    auto t = torch::ones({1000});
+    double before = c->waited_seconds();
+    arrive();
+    c->allreduce_sum(t);
+    const double blocking = c->waited_seconds() - before;
+    before = c->waited_seconds();
+    arrive();
+    auto work = c->allreduce_sum_async(t);
+    work->test();
+    const double issued = c->waited_seconds() - before;
+    work->wait();
+    const double waited = c->waited_seconds() - before;
+    EXPECT_EQ(issued, 0.0);
+    EXPECT_GT(blocking, 0.0);
+    EXPECT_GT(waited, 0.0);
+    if (c->world_size() > 1 && !late) {
+      EXPECT_GE(blocking, 0.03);
+      EXPECT_GE(waited, 0.03);
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "llmtrain/core/config.hpp"
+#include "llmtrain/distributed/collectives.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/train/device_peaks.hpp"
 #include "llmtrain/train/metrics.hpp"
@@ -198,6 +199,61 @@ TEST(Metrics, ExposedCommMovesIntoCommunication) {
   EXPECT_EQ(m.phase_ms[static_cast<int>(Phase::optimizer)], 0.0);
   EXPECT_NEAR(m.phase_ms[static_cast<int>(Phase::communication)], 4.0 + moved * 1e3, 1e-9);
   EXPECT_GE(m.phase_ms[static_cast<int>(Phase::forward_backward)], 2.0);
+  double sum = m.other_ms;
+  for (double p : m.phase_ms) sum += p;
+  EXPECT_NEAR(sum, m.dt_ms, 1e-9);
+}
+
+// Collectives that only wait: block(s) sleeps and counts s as waited.
+class WaitingCollectives final : public Collectives {
+ public:
+  std::string name() const override { return "waiting"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  void allreduce_sum(torch::Tensor&) override {}
+  void broadcast(torch::Tensor&, int) override {}
+  void reduce_scatter_sum(const torch::Tensor&, torch::Tensor&) override {}
+  void all_gather(const torch::Tensor&, torch::Tensor&) override {}
+  void block(int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    waited_s_ += ms / 1e3;
+  }
+};
+
+// A phase scope charges the collectives' waits inside it to communication and
+// the rest of its time to its own phase; waits outside every phase are other.
+TEST(Metrics, PhaseScopesChargeTheirCommunicationWaits) {
+  MetricsSetup s;
+  s.flops_per_token = 1e6;
+  s.tokens_per_iter = 4096;
+  WaitingCollectives comm;
+  Metrics metrics(s, &comm);
+  comm.block(1);  // before the iteration: not counted
+  metrics.start_iter();
+  {
+    auto t = metrics.phase(Phase::forward_backward);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    comm.block(4);
+  }
+  comm.block(3);  // between phases: other
+  {
+    auto t = metrics.phase(Phase::communication);
+    comm.block(2);
+  }
+  {
+    auto t = metrics.phase(Phase::optimizer);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    t.close();
+    comm.block(1);  // after close: other
+  }
+  const auto m = metrics.end_iter(0, 2.5, 3e-4, 0.7);
+  EXPECT_TRUE(m.errors.empty()) << m.errors[0];
+  const auto ms = [&](Phase p) { return m.phase_ms[static_cast<int>(p)]; };
+  EXPECT_GE(ms(Phase::forward_backward), 2.9);
+  EXPECT_GE(ms(Phase::communication), 5.9);  // 4 ms inside forward/backward + its own 2
+  EXPECT_GE(ms(Phase::optimizer), 1.9);
+  EXPECT_GE(m.other_ms, 3.9);
+  EXPECT_EQ(ms(Phase::data), 0.0);
   double sum = m.other_ms;
   for (double p : m.phase_ms) sum += p;
   EXPECT_NEAR(sum, m.dt_ms, 1e-9);

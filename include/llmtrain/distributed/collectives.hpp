@@ -16,7 +16,8 @@ class CommWork {
  public:
   virtual ~CommWork() = default;
   // Blocks until the collective is complete (NCCL: orders the compute stream after
-  // it instead of blocking the host).
+  // it instead of blocking the host). The host time spent here counts in the
+  // issuing Collectives' waited_seconds().
   virtual void wait() = 0;
   // Drives progress (MPI needs calls to progress nonblocking collectives); true
   // once complete.
@@ -51,8 +52,17 @@ class Collectives {
   // that a phase (an accumulation micro-step) communicates nothing.
   int64_t num_calls() const { return calls_; }
 
+  // Host seconds spent blocked in communication so far: inside the blocking
+  // calls and in CommWork::wait() of the work this object issued. Monotonic;
+  // what it grows by over a stretch of work is that work's exposed (not
+  // overlapped) communication, which is how the trainer's phases read it
+  // (Metrics::phase). NCCL blocks the host in neither (the device waits), so
+  // on GPUs this stays near 0. Read and advanced on the issuing thread only.
+  double waited_seconds() const { return waited_s_; }
+
  protected:
   int64_t calls_ = 0;
+  double waited_s_ = 0;  // implementations add to it (distributed/timed_wait.hpp)
 };
 
 // How the MPI implementation runs its nonblocking forms: on a communication

@@ -62,9 +62,6 @@ class Strategy {
   // norm: fp16 loss-scale overflow, a NaN). Parameters and optimizer state,
   // including AdamW's step count, stay as they were.
   virtual void skip_step() = 0;
-  // Seconds spent waiting on communication that did not overlap compute since
-  // the last call.
-  virtual double take_exposed_comm_seconds() = 0;
   // Bytes of optimizer state (moments, master weights) held by this rank.
   virtual int64_t optimizer_state_bytes() const = 0;
   // Bytes of parameter, gradient and optimizer storage this rank holds between

@@ -18,7 +18,11 @@
 
 namespace llmtrain {
 
+class Collectives;
+
 // Timed parts of one iteration; "other" is the iteration time minus these.
+// `communication` is exposed communication: the time spent waiting on
+// collectives that did not overlap compute, in whichever phase it happened.
 enum class Phase { data = 0, forward_backward, communication, optimizer };
 constexpr int kNumPhases = 4;
 // Run-log / console names: "data_ms", "forward_backward_ms", "communication_ms",
@@ -100,32 +104,48 @@ class Metrics {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit Metrics(MetricsSetup setup);
+  // `comm`: the run's collectives, whose waits inside a phase count as
+  // communication (see PhaseScope); null: phases are plain wall time. It must
+  // outlive this object.
+  explicit Metrics(MetricsSetup setup, const Collectives* comm = nullptr);
 
-  // Adds the time it lives to `phase` of the current iteration (micro-batches add up).
-  class [[nodiscard]] PhaseTimer {
+  // Where a phase opens or closes: the host clock and the collectives' wait
+  // counter (Collectives::waited_seconds). Measuring phases with CUDA events
+  // would record an event here as well and resolve each phase's span in
+  // end_iter, after its device synchronization, instead of at close.
+  struct Mark {
+    Clock::time_point time;
+    double comm_waited_s = 0.0;
+  };
+
+  // One phase of the current iteration, open while it lives (micro-batches add
+  // up). When it closes, the time it was open counts to its phase, except the
+  // waits on collectives inside it, which count to Phase::communication:
+  // FSDP's parameter gathers and gradient reduce-scatters in forward/backward,
+  // ZeRO-1's and FSDP's norm allreduce and parameter gathers in the optimizer
+  // step are exposed communication wherever they happen.
+  class [[nodiscard]] PhaseScope {
    public:
-    PhaseTimer(Metrics* m, Phase p) : m_(m), p_(p), t0_(Clock::now()) {}
-    PhaseTimer(PhaseTimer&& o) noexcept : m_(o.m_), p_(o.p_), t0_(o.t0_) { o.m_ = nullptr; }
-    PhaseTimer(const PhaseTimer&) = delete;
-    PhaseTimer& operator=(const PhaseTimer&) = delete;
-    PhaseTimer& operator=(PhaseTimer&&) = delete;
-    ~PhaseTimer() { stop(); }
-    void stop();  // ends it early
+    PhaseScope(Metrics* m, Phase p) : m_(m), p_(p), open_(m->mark()) {}
+    PhaseScope(PhaseScope&& o) noexcept : m_(o.m_), p_(o.p_), open_(o.open_) { o.m_ = nullptr; }
+    PhaseScope(const PhaseScope&) = delete;
+    PhaseScope& operator=(const PhaseScope&) = delete;
+    PhaseScope& operator=(PhaseScope&&) = delete;
+    ~PhaseScope() { close(); }
+    void close();  // ends it early
    private:
     Metrics* m_;
     Phase p_;
-    Clock::time_point t0_;
+    Mark open_;
   };
 
   // Call right after a device synchronization: opens the iteration's window.
   void start_iter();
-  PhaseTimer phase(Phase p) { return PhaseTimer(this, p); }
+  PhaseScope phase(Phase p) { return PhaseScope(this, p); }
   // Moves up to `seconds` of the current iteration from phase `from` to `to`
-  // (never more than `from` holds, so the phases still sum to the window):
-  // communication a strategy waited for inside another phase (FSDP's gathers
-  // during forward/backward, ZeRO-1's parameter gathers in the optimizer step)
-  // is reported as communication. Returns the seconds moved.
+  // (never more than `from` holds, so the phases still sum to the window).
+  // Returns the seconds moved. A closing PhaseScope moves its waits on
+  // communication this way.
   double move_seconds(Phase from, Phase to, double seconds);
   // Call right after a device synchronization: closes the window, derives every
   // figure, reads memory, runs the self-check and keeps the record for summary().
@@ -140,9 +160,13 @@ class Metrics {
   nlohmann::json summary(int64_t warmup_iters) const;
 
  private:
-  friend class PhaseTimer;
+  Mark mark() const;
+  // A phase's span from `open` to `close`: its time to `p`, the waits inside it
+  // to Phase::communication.
+  void charge(Phase p, const Mark& open, const Mark& close);
   void add_phase(Phase p, double seconds) { phase_s_[static_cast<int>(p)] += seconds; }
   MetricsSetup setup_;
+  const Collectives* comm_ = nullptr;
   Clock::time_point iter_t0_{};
   bool in_iter_ = false;
   std::array<double, kNumPhases> phase_s_{};
