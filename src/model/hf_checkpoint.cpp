@@ -2,8 +2,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -308,13 +306,8 @@ std::string export_hf(const std::string& dir, const ModelConfig& m,
     tokenizer_note = names.empty() ? fmt::format("no tokenizer files: {}", tf.why_not)
                                    : fmt::format("{} tokenizer: {}", info.tokenizer, fmt::join(names, ", "));
   }
-  fsync_path(tmp);
-  // An empty target directory is replaced by rename(2); anything else was refused above.
-  if (std::rename(tmp.c_str(), target.c_str()) != 0)
-    throw Error(fmt::format("export_hf: cannot rename '{}' to '{}': {}", tmp.string(), target.string(),
-                            std::strerror(errno)));
+  publish_directory(tmp, target);  // an empty target directory is replaced; anything else was refused above
   guard.armed = false;
-  fsync_path(parent);
   return fmt::format("export_hf: wrote {} ({}, {} tensors, {:.1f} MB of F32; {})", target.string(), to_string(arch),
                      tensors.size(), static_cast<double>(bytes) / 1e6, tokenizer_note);
 }

@@ -61,7 +61,7 @@ constexpr StateTensor kTensors[] = {StateTensor::weights, StateTensor::exp_avg, 
 
 // ---- attributes (written by every rank with the same value: parallel HDF5 wants
 // metadata calls collective) ----
-void write_attr(hid_t obj, const char* name, int64_t v) { h5::write_int64_attr(obj, name, v); }
+void write_attr(hid_t obj, const char* name, int64_t v) { h5::write_attr(obj, name, v); }
 void write_attr(hid_t obj, const char* name, double v) {
   H5Id space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
   H5Id a(H5_CHECK(H5Acreate2(obj, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
