@@ -49,23 +49,29 @@ void fsync_path(const fs::path& path) {
 }
 
 void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  write_file_atomic(path, std::vector<std::string_view>{bytes});
+}
+
+void write_file_atomic(const fs::path& path, const std::vector<std::string_view>& pieces) {
   AtomicFile file(path);
   const int fd = ::open(file.temp_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     throw Error(fmt::format("cannot write '{}' (temporary '{}'): {}", path.string(), file.temp_path().string(),
                             os_error(errno)));
-  const char* p = bytes.data();
-  size_t left = bytes.size();
   int err = 0;
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      err = errno;
-      break;
+  for (size_t i = 0; i < pieces.size() && err == 0; ++i) {
+    const char* p = pieces[i].data();
+    size_t left = pieces[i].size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        err = errno;
+        break;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
     }
-    p += n;
-    left -= static_cast<size_t>(n);
   }
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   // close() reports write-back errors (NFS, quota) that write() did not.

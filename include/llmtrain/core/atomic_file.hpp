@@ -8,12 +8,15 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace llmtrain {
 
 // Writes `bytes` to `path` atomically. Throws Error naming the path and the OS
 // error (ENOSPC, EACCES, ...).
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+// The same for a file made of pieces, written in order (no copy into one buffer).
+void write_file_atomic(const std::filesystem::path& path, const std::vector<std::string_view>& pieces);
 
 // For files another library writes (HDF5): write to temp_path(), then commit().
 // Destroyed without commit() (an exception, a failed write), the temporary file
