@@ -23,8 +23,10 @@
 #include "llmtrain/distributed/collectives.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/distributed/strategy.hpp"
+#include "llmtrain/model/params.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/train/checkpoint.hpp"
+#include "llmtrain/train/checkpoint_state.hpp"
 
 namespace fs = std::filesystem;
 
@@ -71,19 +73,20 @@ int main(int argc, char** argv) {
     llmtrain::StrategyOptions so;
     so.kind = llmtrain::StrategyOptions::Kind::zero1;
     auto strategy = llmtrain::make_strategy(so, model, *comm);
-    std::vector<llmtrain::CheckpointParam> params;
-    for (const auto& p : model->named_parameters()) params.push_back({p.key(), p.value().sizes().vec()});
     const std::string out = (fs::path(dir) / ("bench_np" + std::to_string(rt.world_size()))).string();
     if (rt.is_root()) fs::remove_all(out);
     rt.barrier();
-    llmtrain::Checkpointer ckpt(out, /*keep_last=*/1, rt);
+    llmtrain::Checkpointer ckpt(out, /*keep_last=*/1, rt, {strategy->name(), nlohmann::json::object()});
     llmtrain::TrainState state;
     state.best_val_loss = 1.0;
+    ckpt.add(std::make_unique<llmtrain::StrategyCheckpoint>(llmtrain::parameter_table(mc), *strategy));
+    ckpt.add(std::make_unique<llmtrain::TrainStateCheckpoint>(state));
+    ckpt.add(std::make_unique<llmtrain::RngCheckpoint>(torch::Device(torch::kCPU)));
     for (int64_t r = 0; r < repeats; ++r) {
       state.iteration = r + 1;
       rt.barrier();
       auto t0 = std::chrono::steady_clock::now();
-      const std::string path = ckpt.save(params, *strategy, state, nlohmann::json::object());
+      const std::string path = ckpt.save(state.iteration);
       rt.barrier();
       const double save_s = seconds_since(t0);
       const double bytes = static_cast<double>(fs::file_size(path));
@@ -91,7 +94,7 @@ int main(int argc, char** argv) {
       if (rt.is_root()) cold = drop_page_cache();
       rt.barrier();
       t0 = std::chrono::steady_clock::now();
-      const auto loaded = ckpt.load_latest(params, *strategy);
+      const auto loaded = ckpt.load_latest();
       rt.barrier();
       const double load_s = seconds_since(t0);
       if (!loaded) throw llmtrain::Error("bench-checkpoint: nothing loaded");

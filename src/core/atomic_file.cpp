@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/core/log.hpp"
 
 namespace llmtrain {
 namespace fs = std::filesystem;
@@ -22,6 +23,11 @@ std::string os_error(int err) { return std::strerror(err); }
 // "<dir>/.<name>.tmp.<pid>": hidden, unique per process, on the same file system.
 fs::path temp_name(const fs::path& target) {
   return target.parent_path() / fmt::format(".{}.tmp.{}", target.filename().string(), static_cast<long>(::getpid()));
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    throw Error(fmt::format("cannot rename '{}' to '{}': {}", from.string(), to.string(), os_error(errno)));
 }
 
 void fsync_dir_of(const fs::path& path) {
@@ -43,23 +49,29 @@ void fsync_path(const fs::path& path) {
 }
 
 void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  write_file_atomic(path, std::vector<std::string_view>{bytes});
+}
+
+void write_file_atomic(const fs::path& path, const std::vector<std::string_view>& pieces) {
   AtomicFile file(path);
   const int fd = ::open(file.temp_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     throw Error(fmt::format("cannot write '{}' (temporary '{}'): {}", path.string(), file.temp_path().string(),
                             os_error(errno)));
-  const char* p = bytes.data();
-  size_t left = bytes.size();
   int err = 0;
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      err = errno;
-      break;
+  for (size_t i = 0; i < pieces.size() && err == 0; ++i) {
+    const char* p = pieces[i].data();
+    size_t left = pieces[i].size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        err = errno;
+        break;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
     }
-    p += n;
-    left -= static_cast<size_t>(n);
   }
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   // close() reports write-back errors (NFS, quota) that write() did not.
@@ -69,6 +81,7 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
 }
 
 AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)), temp_(temp_name(target_)) {}
+AtomicFile::AtomicFile(fs::path target, fs::path temp) : target_(std::move(target)), temp_(std::move(temp)) {}
 
 AtomicFile::~AtomicFile() {
   if (committed_) return;
@@ -77,11 +90,41 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::commit() {
-  fsync_path(temp_);
-  if (std::rename(temp_.c_str(), target_.c_str()) != 0)
-    throw Error(fmt::format("cannot rename '{}' to '{}': {}", temp_.string(), target_.string(), os_error(errno)));
+  publish_file(temp_, target_);
   committed_ = true;
-  fsync_dir_of(target_);
+}
+
+void publish_file(const fs::path& temp, const fs::path& target) {
+  fsync_path(temp);
+  rename_or_throw(temp, target);
+  fsync_dir_of(target);
+}
+
+void publish_directory(const fs::path& temp, const fs::path& target) {
+  fsync_path(temp);
+  std::error_code ec;
+  const bool replace = fs::exists(fs::symlink_status(target, ec));
+  const fs::path old = target.parent_path() / fmt::format(".{}.old-{}", target.filename().string(),
+                                                          static_cast<long>(::getpid()));
+  if (replace) {
+    fs::remove_all(old, ec);
+    if (std::rename(target.c_str(), old.c_str()) != 0)
+      throw Error(fmt::format("cannot move the old '{}' aside to '{}': {}", target.string(), old.string(),
+                              os_error(errno)));
+  }
+  try {
+    rename_or_throw(temp, target);
+  } catch (const Error&) {
+    if (replace) std::rename(old.c_str(), target.c_str());  // put the old one back
+    throw;
+  }
+  fsync_dir_of(target);
+  if (replace) {
+    fs::remove_all(old, ec);
+    if (ec)
+      log::warn("the new '{}' is in place, but removing the old copy '{}' failed: {}", target.string(), old.string(),
+                ec.message());
+  }
 }
 
 }  // namespace llmtrain

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace llmtrain::h5 {
 
@@ -36,7 +37,34 @@ class H5Id {
 void quiet_hdf5_once();
 // File access list for the MPI-IO driver on `comm`.
 H5Id make_mpio_fapl(MPI_Comm comm);
-// A scalar little-endian int64 attribute `name` on `obj` (a file, group or dataset).
-void write_int64_attr(hid_t obj, const char* name, int64_t v);
+// ---- scalar attributes on a file, group or dataset ----
+// Under MPI-IO every rank of the file's communicator writes the same value
+// (parallel HDF5 wants metadata calls collective).
+void write_attr(hid_t obj, const char* name, int64_t v);  // little-endian int64
+void write_attr(hid_t obj, const char* name, double v);   // little-endian float64
+// Fixed-length strings (no heap objects, so the bytes are deterministic):
+// NUL-padded to max(1, size) bytes (checkpoints) or NUL-terminated in size + 1 (token shards).
+enum class StrPad { nullpad, nullterm };
+void write_attr(hid_t obj, const char* name, const std::string& v, StrPad pad = StrPad::nullpad);
+
+// Reads scalar attributes of one file; its errors name the file and the
+// attribute: "<subject>: attribute '<name>' is missing (<hint>)".
+class AttrReader {
+ public:
+  // `subject` names the file ("checkpoint '/x/ckpt_00000004.h5'"); `hint` says
+  // what a missing attribute means. Errors are DataError when `data_error`, Error otherwise.
+  AttrReader(std::string subject, std::string hint, bool data_error = false)
+      : subject_(std::move(subject)), hint_(std::move(hint)), data_error_(data_error) {}
+  bool has(hid_t obj, const char* name) const;
+  int64_t i64(hid_t obj, const char* name) const;
+  double f64(hid_t obj, const char* name) const;
+  std::string str(hid_t obj, const char* name) const;  // fixed-length (either padding) or variable-length
+
+ private:
+  H5Id open(hid_t obj, const char* name) const;  // throws naming the file when missing
+  [[noreturn]] void fail(const std::string& msg) const;
+  std::string subject_, hint_;
+  bool data_error_;
+};
 
 }  // namespace llmtrain::h5

@@ -24,6 +24,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/mpi_util.hpp"
 #include "data/data_index.hpp"
 #include "data/shard_io.hpp"
 #include "llmtrain/core/atomic_file.hpp"
@@ -364,30 +365,10 @@ Staging begin_output(const PrepareOptions& opt) {
 // file system: the old directory aside, the new one in, the old one removed.
 void commit_output(const Staging& s) {
   read_data_index(s.temp.string());
-  fsync_path(s.temp);
-  std::error_code ec;
-  const bool replace = fs::exists(fs::symlink_status(s.target, ec));
-  const fs::path old = s.target.parent_path().empty()
-                           ? fs::path(fmt::format(".{}.old-{}", s.target.filename().string(), ::getpid()))
-                           : s.target.parent_path() /
-                                 fmt::format(".{}.old-{}", s.target.filename().string(), ::getpid());
-  if (replace) {
-    fs::remove_all(old, ec);
-    if (std::rename(s.target.c_str(), old.c_str()) != 0)
-      throw DataError(fmt::format("cannot move the old '{}' aside to '{}': {}", s.target.string(), old.string(),
-                                  std::strerror(errno)));
-  }
-  if (std::rename(s.temp.c_str(), s.target.c_str()) != 0) {
-    const int err = errno;
-    if (replace) std::rename(old.c_str(), s.target.c_str());  // put the old data back
-    throw DataError(fmt::format("cannot rename '{}' to '{}': {}", s.temp.string(), s.target.string(),
-                                std::strerror(err)));
-  }
-  fsync_path(s.target.has_parent_path() ? s.target.parent_path() : fs::path("."));
-  if (replace) {
-    fs::remove_all(old, ec);
-    if (ec) log::warn("the new data is in '{}', but removing the old copy '{}' failed: {}", s.target.string(),
-                      old.string(), ec.message());
+  try {
+    publish_directory(s.temp, s.target);
+  } catch (const Error& e) {
+    throw DataError(e.what());  // a DataError reaches every rank (collectively)
   }
 }
 
@@ -432,11 +413,7 @@ void agree_on_error(MPI_Comm comm, const std::string& local_error, bool failed) 
   int mine = failed ? rank : world, first = world;
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
   if (first == world) return;
-  int len = static_cast<int>(local_error.size());
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm));
-  std::string msg = local_error;
-  msg.resize(static_cast<size_t>(len));
-  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, comm));
+  const std::string msg = mpi::bcast_string(comm, local_error, first);
   throw DataError(first == rank ? msg : fmt::format("{} (reported by rank {})", msg, first));
 }
 
@@ -455,15 +432,6 @@ auto collectively(MPI_Comm comm, Fn&& fn) -> decltype(fn()) {
   }
   agree_on_error(comm, err, failed);
   return value;
-}
-
-// Rank 0's `s` on every rank of `comm`.
-std::string broadcast_string(MPI_Comm comm, std::string s) {
-  int len = static_cast<int>(s.size());
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
-  s.resize(static_cast<size_t>(len));
-  MPI_CHECK(MPI_Bcast(s.data(), len, MPI_CHAR, 0, comm));
-  return s;
 }
 
 template <typename T>
@@ -560,7 +528,7 @@ PrepareResult prepare_data_on(const PrepareOptions& opt, MPI_Comm comm) {
     if (rank == 0) staging = begin_output(opt);
     return 0;
   });
-  const std::string temp = broadcast_string(comm, staging.temp.string());
+  const std::string temp = mpi::bcast_string(comm, staging.temp.string());
 
   PrepareResult result;
   try {

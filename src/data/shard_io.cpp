@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
@@ -32,60 +31,6 @@ namespace fs = std::filesystem;
 std::string shard_file_name(const std::string& split, int64_t index) {
   return fmt::format("{}_{:05d}.h5", split, index);
 }
-
-namespace {
-
-
-bool has_attr(hid_t obj, const char* name) { return H5_CHECK(H5Aexists(obj, name)) > 0; }
-
-int64_t read_int_attr(hid_t obj, const char* name, const std::string& path) {
-  if (!has_attr(obj, name))
-    throw DataError(fmt::format("shard '{}' has no attribute '{}' on dataset 'tokens' (not written by "
-                                "llmtrain-prepare? see docs/data-format.md)", path, name));
-  H5Id a(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
-  int64_t v = 0;
-  H5_CHECK(H5Aread(a, H5T_NATIVE_INT64, &v));
-  return v;
-}
-
-std::string read_string_attr(hid_t obj, const char* name, const std::string& path) {
-  if (!has_attr(obj, name))
-    throw DataError(fmt::format("shard '{}' has no attribute '{}' on dataset 'tokens' (not written by "
-                                "llmtrain-prepare? see docs/data-format.md)", path, name));
-  H5Id a(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
-  H5Id ftype(H5_CHECK(H5Aget_type(a)), H5Tclose);
-  if (H5_CHECK(H5Tget_class(ftype)) != H5T_STRING)
-    throw DataError(fmt::format("shard '{}': attribute '{}' is not a string", path, name));
-  if (H5_CHECK(H5Tis_variable_str(ftype)) > 0) {
-    H5Id mtype(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-    H5_CHECK(H5Tset_size(mtype, H5T_VARIABLE));
-    char* s = nullptr;
-    H5_CHECK(H5Aread(a, mtype, &s));
-    std::string out = s ? s : "";
-    H5free_memory(s);
-    return out;
-  }
-  const size_t n = H5Tget_size(ftype);
-  std::string buf(n + 1, '\0');
-  H5Id mtype(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-  H5_CHECK(H5Tset_size(mtype, n + 1));
-  H5_CHECK(H5Tset_strpad(mtype, H5T_STR_NULLTERM));
-  H5_CHECK(H5Aread(a, mtype, buf.data()));
-  buf.resize(std::strlen(buf.c_str()));
-  return buf;
-}
-
-// Fixed-length, NUL-terminated: no heap objects, so the bytes are deterministic.
-void write_string_attr(hid_t obj, const char* name, const std::string& v) {
-  H5Id space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Id type(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-  H5_CHECK(H5Tset_size(type, v.size() + 1));
-  H5_CHECK(H5Tset_strpad(type, H5T_STR_NULLTERM));
-  H5Id a(H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
-  H5_CHECK(H5Awrite(a, type, v.c_str()));
-}
-
-}  // namespace
 
 H5Id open_shard_file(const std::string& path, MPI_Comm comm) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
@@ -140,20 +85,22 @@ ShardHeader read_shard_header(const std::string& path) {
   hsize_t n = 0;
   H5_CHECK(H5Sget_simple_extent_dims(space, &n, nullptr));
   h.num_tokens = static_cast<int64_t>(n);
-  h.format_version = read_int_attr(dset, "format_version", path);
+  const h5::AttrReader attr(fmt::format("shard '{}', dataset 'tokens'", path),
+                            "not written by llmtrain-prepare? see docs/data-format.md", /*data_error=*/true);
+  h.format_version = attr.i64(dset, "format_version");
   if (h.format_version != kFormatVersion)
     throw DataError(fmt::format("shard '{}' has format_version {}; this llmtrain reads version {}", path,
                                 h.format_version, kFormatVersion));
-  h.vocab_size = read_int_attr(dset, "vocab_size", path);
-  h.eos_id = read_int_attr(dset, "eos_id", path);
-  h.shard_index = read_int_attr(dset, "shard_index", path);
-  const int64_t attr_n = read_int_attr(dset, "num_tokens", path);
+  h.vocab_size = attr.i64(dset, "vocab_size");
+  h.eos_id = attr.i64(dset, "eos_id");
+  h.shard_index = attr.i64(dset, "shard_index");
+  const int64_t attr_n = attr.i64(dset, "num_tokens");
   if (attr_n != h.num_tokens)
     throw DataError(fmt::format("shard '{}': attribute num_tokens = {} but the dataset holds {} tokens "
                                 "(incomplete write?)", path, attr_n, h.num_tokens));
-  h.tokenizer = read_string_attr(dset, "tokenizer", path);
-  h.tokenizer_hash = read_string_attr(dset, "tokenizer_hash", path);
-  h.split = read_string_attr(dset, "split", path);
+  h.tokenizer = attr.str(dset, "tokenizer");
+  h.tokenizer_hash = attr.str(dset, "tokenizer_hash");
+  h.split = attr.str(dset, "split");
   return h;
 }
 
@@ -201,14 +148,14 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     H5Id dset(H5_CHECK(H5Dcreate2(file.id, kTokensDataset, file_type, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)),
               H5Dclose);
     // Attributes are metadata: every rank of `comm` writes the same values.
-    h5::write_int64_attr(dset, "format_version", kFormatVersion);
-    h5::write_int64_attr(dset, "vocab_size", meta.vocab_size);
-    h5::write_int64_attr(dset, "eos_id", meta.eos_id);
-    h5::write_int64_attr(dset, "num_tokens", n);
-    h5::write_int64_attr(dset, "shard_index", s);
-    write_string_attr(dset, "tokenizer", meta.tokenizer);
-    write_string_attr(dset, "tokenizer_hash", meta.tokenizer_hash);
-    write_string_attr(dset, "split", split);
+    h5::write_attr(dset, "format_version", kFormatVersion);
+    h5::write_attr(dset, "vocab_size", meta.vocab_size);
+    h5::write_attr(dset, "eos_id", meta.eos_id);
+    h5::write_attr(dset, "num_tokens", n);
+    h5::write_attr(dset, "shard_index", s);
+    h5::write_attr(dset, "tokenizer", meta.tokenizer, h5::StrPad::nullterm);
+    h5::write_attr(dset, "tokenizer_hash", meta.tokenizer_hash, h5::StrPad::nullterm);
+    h5::write_attr(dset, "split", split, h5::StrPad::nullterm);
 
     // This rank's part of the shard, written independently in pieces of at most
     // 2^28 tokens (MPI-IO counts are int).
@@ -230,13 +177,7 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
   MPI_CHECK(MPI_Barrier(comm));
   if (rank == 0) {
     // On disk before their final names appear (core/atomic_file.hpp's rule).
-    for (const auto& name : names) {
-      const fs::path tmp = fs::path(out_dir) / (name + ".tmp"), dst = fs::path(out_dir) / name;
-      fsync_path(tmp);
-      if (std::rename(tmp.c_str(), dst.c_str()) != 0)
-        throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp.string(), dst.string(), std::strerror(errno)));
-    }
-    fsync_path(out_dir);
+    for (const auto& name : names) publish_file(fs::path(out_dir) / (name + ".tmp"), fs::path(out_dir) / name);
   }
   MPI_CHECK(MPI_Barrier(comm));
   return counts;

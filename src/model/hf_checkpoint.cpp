@@ -2,8 +2,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -31,50 +29,69 @@ using nlohmann::json;
 
 // ---- the name map ------------------------------------------------------------------------
 
-std::vector<HfParam> hf_name_map(const ModelConfig& m, HfArch arch) {
+namespace {
+
+// GPT-2 (GPT2LMHeadModel) names its modules as we do, under "transformer."
+// (lm_head outside it); its Conv1D matrices inside the blocks are stored (in, out).
+void gpt2_place(const ParamSpec& spec, HfParam& p) {
+  if (spec.role == ParamRole::lm_head) {
+    p.slices.push_back({spec.name, spec.shape, false});
+    return;
+  }
+  const std::string hf = spec.block >= 0 ? fmt::format("transformer.h.{}.{}.{}", spec.block,
+                                                       param_module_name(spec.role), to_string(spec.tensor))
+                                         : fmt::format("transformer.{}.{}", param_module_name(spec.role),
+                                                       to_string(spec.tensor));
+  if (spec.block >= 0 && spec.shape.size() == 2)
+    p.slices.push_back({hf, {spec.shape[1], spec.shape[0]}, true});
+  else
+    p.slices.push_back({hf, spec.shape, false});
+}
+
+// LLaMA / Qwen3 (no biases): q|k|v and gate|up are separate tensors, our row blocks.
+void llama_place(const ModelConfig& m, HfArch arch, const ParamSpec& spec, HfParam& p) {
+  if (spec.tensor != ParamTensor::weight) return;
   const int64_t H = m.n_head, K = m.n_kv_head, D = m.head_dim, F = m.ffn_hidden;
-  const bool gpt2 = arch == HfArch::gpt2;
+  const std::string layer = fmt::format("model.layers.{}.", spec.block);
+  auto whole = [&](const std::string& hf) { p.slices.push_back({hf, spec.shape, false}); };
+  auto rows = [&](const std::string& hf, int64_t n) { p.slices.push_back({hf, {n, spec.shape.at(1)}, false}); };
+  switch (spec.role) {
+    case ParamRole::token_embedding: whole("model.embed_tokens.weight"); break;
+    case ParamRole::position_embedding: break;  // no learned positions there
+    case ParamRole::attn_norm: whole(layer + "input_layernorm.weight"); break;
+    case ParamRole::qkv:
+      rows(layer + "self_attn.q_proj.weight", H * D);
+      rows(layer + "self_attn.k_proj.weight", K * D);
+      rows(layer + "self_attn.v_proj.weight", K * D);
+      break;
+    case ParamRole::attn_out: whole(layer + "self_attn.o_proj.weight"); break;
+    case ParamRole::q_norm:
+      if (arch == HfArch::qwen3) whole(layer + "self_attn.q_norm.weight");
+      break;
+    case ParamRole::k_norm:
+      if (arch == HfArch::qwen3) whole(layer + "self_attn.k_norm.weight");
+      break;
+    case ParamRole::mlp_norm: whole(layer + "post_attention_layernorm.weight"); break;
+    case ParamRole::mlp_in:
+      rows(layer + "mlp.gate_proj.weight", F);
+      rows(layer + "mlp.up_proj.weight", F);
+      break;
+    case ParamRole::mlp_out: whole(layer + "mlp.down_proj.weight"); break;
+    case ParamRole::final_norm: whole("model.norm.weight"); break;
+    case ParamRole::lm_head: whole("lm_head.weight"); break;
+  }
+}
+
+}  // namespace
+
+std::vector<HfParam> hf_name_map(const ModelConfig& m, HfArch arch) {
   std::vector<HfParam> out;
   for (const ParamSpec& spec : parameter_table(m)) {
     HfParam p{spec.name, spec.shape, {}};
-    auto whole = [&](const std::string& hf) { p.slices.push_back({hf, spec.shape, false}); };
-    auto rows = [&](const std::string& hf, int64_t n) { p.slices.push_back({hf, {n, spec.shape.at(1)}, false}); };
-    if (spec.block >= 0) {
-      const std::string ours = fmt::format("h.{}.", spec.block);
-      const std::string rest = spec.name.substr(ours.size());
-      if (gpt2) {
-        const std::string hf = fmt::format("transformer.h.{}.{}", spec.block, rest);
-        if (spec.shape.size() == 2)  // Conv1D: stored (in, out)
-          p.slices.push_back({hf, {spec.shape[1], spec.shape[0]}, true});
-        else
-          whole(hf);
-      } else {
-        const std::string hf = fmt::format("model.layers.{}.", spec.block);
-        if (rest == "ln_1.weight") whole(hf + "input_layernorm.weight");
-        else if (rest == "attn.c_attn.weight") {
-          rows(hf + "self_attn.q_proj.weight", H * D);
-          rows(hf + "self_attn.k_proj.weight", K * D);
-          rows(hf + "self_attn.v_proj.weight", K * D);
-        } else if (rest == "attn.c_proj.weight") whole(hf + "self_attn.o_proj.weight");
-        else if (rest == "attn.q_norm.weight" && arch == HfArch::qwen3) whole(hf + "self_attn.q_norm.weight");
-        else if (rest == "attn.k_norm.weight" && arch == HfArch::qwen3) whole(hf + "self_attn.k_norm.weight");
-        else if (rest == "ln_2.weight") whole(hf + "post_attention_layernorm.weight");
-        else if (rest == "mlp.c_fc.weight") {
-          rows(hf + "mlp.gate_proj.weight", F);
-          rows(hf + "mlp.up_proj.weight", F);
-        } else if (rest == "mlp.c_proj.weight") whole(hf + "mlp.down_proj.weight");
-      }
-    } else if (spec.name == "wte.weight") {
-      whole(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight");
-    } else if (spec.name == "wpe.weight" && gpt2) {
-      whole("transformer.wpe.weight");
-    } else if (spec.name == "ln_f.weight") {
-      whole(gpt2 ? "transformer.ln_f.weight" : "model.norm.weight");
-    } else if (spec.name == "ln_f.bias" && gpt2) {
-      whole("transformer.ln_f.bias");
-    } else if (spec.name == "lm_head.weight") {
-      whole("lm_head.weight");
-    }
+    if (arch == HfArch::gpt2)
+      gpt2_place(spec, p);
+    else
+      llama_place(m, arch, spec, p);
     LLMTRAIN_CHECK(!p.slices.empty(), "{} has no place for parameter '{}' ({})", to_string(arch), spec.name,
                    m.arch_string());
     out.push_back(std::move(p));
@@ -308,13 +325,8 @@ std::string export_hf(const std::string& dir, const ModelConfig& m,
     tokenizer_note = names.empty() ? fmt::format("no tokenizer files: {}", tf.why_not)
                                    : fmt::format("{} tokenizer: {}", info.tokenizer, fmt::join(names, ", "));
   }
-  fsync_path(tmp);
-  // An empty target directory is replaced by rename(2); anything else was refused above.
-  if (std::rename(tmp.c_str(), target.c_str()) != 0)
-    throw Error(fmt::format("export_hf: cannot rename '{}' to '{}': {}", tmp.string(), target.string(),
-                            std::strerror(errno)));
+  publish_directory(tmp, target);  // an empty target directory is replaced; anything else was refused above
   guard.armed = false;
-  fsync_path(parent);
   return fmt::format("export_hf: wrote {} ({}, {} tensors, {:.1f} MB of F32; {})", target.string(), to_string(arch),
                      tensors.size(), static_cast<double>(bytes) / 1e6, tokenizer_note);
 }

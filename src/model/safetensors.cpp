@@ -191,23 +191,6 @@ torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
 
 // ---- writing ---------------------------------------------------------------------------
 
-namespace {
-
-void write_all(int fd, const void* p, size_t n, const std::filesystem::path& path) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw Error(fmt::format("writing '{}' failed: {}", path.string(), std::strerror(errno)));
-    }
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-}  // namespace
-
 void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -233,22 +216,10 @@ void write_safetensors(const std::filesystem::path& path,
   header.append((8 - header.size() % 8) % 8, ' ');
   const uint64_t n = header.size();
 
-  AtomicFile file(path);
-  const int fd = ::open(file.temp_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw Error(fmt::format("cannot write '{}' (temporary '{}'): {}", path.string(), file.temp_path().string(),
-                            std::strerror(errno)));
-  try {
-    write_all(fd, &n, 8, path);
-    write_all(fd, header.data(), header.size(), path);
-    for (const auto& c : host)
-      write_all(fd, c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size(), path);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) throw Error(fmt::format("writing '{}' failed: {}", path.string(), std::strerror(errno)));
-  file.commit();  // fsync, rename, directory fsync
+  std::vector<std::string_view> pieces = {{reinterpret_cast<const char*>(&n), 8}, header};
+  for (const auto& c : host)
+    pieces.emplace_back(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * c.element_size());
+  write_file_atomic(path, pieces);  // fsync, rename, directory fsync
 }
 
 }  // namespace llmtrain

@@ -24,8 +24,10 @@
 #include "llmtrain/distributed/strategy.hpp"       // defines: Strategy (DDP / ZeRO-1 / FSDP), make_strategy
 #include "llmtrain/distributed/watchdog.hpp"       // defines: Watchdog (a stalled rank ends the job)
 #include "llmtrain/model/hf.hpp"            // defines: load_hf_checkpoint, export_hf (transformers format)
+#include "llmtrain/model/params.hpp"        // defines: parameter_table (checkpoint names and shapes)
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
 #include "llmtrain/train/checkpoint.hpp"    // defines: Checkpointer, TrainState (HDF5 checkpoints, resume)
+#include "llmtrain/train/checkpoint_state.hpp"  // defines: the state's parts in a checkpoint (Stateful)
 #include "llmtrain/train/eval_full.hpp"     // defines: evaluate_full (eval_full=True)
 #include "llmtrain/train/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
 #include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
@@ -79,9 +81,8 @@ struct Trainer::Impl {
   LossScaler scaler{false};
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<RunLog> run_log;
-  // Checkpoints: the training state besides the tensors, and where it goes.
+  // Checkpoints: every stateful part registered with the checkpointer.
   std::unique_ptr<Checkpointer> checkpointer;
-  std::vector<CheckpointParam> ckpt_params;  // ParamGroups order = named_parameters()
   TrainState state;                          // state.iteration = the next iteration to run
   std::optional<LoadedCheckpoint> resumed;
   int64_t last_saved_iteration = -1;
@@ -117,15 +118,11 @@ struct Trainer::Impl {
     // 4. parallelism, applied from outside the model
     comm = make_collectives(rt, device);
     strategy = make_strategy(StrategyOptions::from_config(cfg), model, *comm);
-    // 5. checkpoints: resume restores every stateful part through one file
-    //    (weights and optimizer shards, iteration = schedule and data position,
-    //    best val loss, loss scale, RNG)
-    checkpointer = std::make_unique<Checkpointer>(cfg.out_dir, cfg.keep_last, rt);
-    for (const auto& p : model->named_parameters()) ckpt_params.push_back({p.key(), p.value().sizes().vec()});
+    // 5. checkpoints: every stateful part saves and loads its own piece of one
+    //    file (weights and optimizer shards, counters, loss scale, data position,
+    //    schedule settings, RNG); resume restores them all
     state.best_val_loss = std::numeric_limits<double>::infinity();
-    state.global_batch_sequences = cfg.global_batch_sequences(rt.world_size());
-    state.block_size = cfg.block_size;
-    state.seed = cfg.seed;
+    register_checkpoint_parts();
     if (cfg.init_from == "resume") resume();
     // 6. metrics and the run log (rank 0 writes)
     MetricsSetup setup;
@@ -175,36 +172,33 @@ struct Trainer::Impl {
 
   ~Impl() { rt.set_end_handlers({}, {}); }
 
+  // The checkpoint's parts, in file order (train/checkpoint_state.hpp).
+  void register_checkpoint_parts() {
+    checkpointer = std::make_unique<Checkpointer>(cfg.out_dir, cfg.keep_last, rt,
+                                                  CheckpointRun{strategy->name(), cfg.to_json()});
+    checkpointer->add(std::make_unique<StrategyCheckpoint>(parameter_table(mcfg), *strategy));
+    checkpointer->add(std::make_unique<TrainStateCheckpoint>(state));
+    checkpointer->add(std::make_unique<LossScalerCheckpoint>(scaler));
+    checkpointer->add(std::make_unique<DataPositionCheckpoint>(
+        *train_loader, DataPosition{cfg.global_batch_sequences(rt.world_size()), cfg.block_size, cfg.seed,
+                                    cfg.gradient_accumulation_steps}));
+    checkpointer->add(std::make_unique<ScheduleCheckpoint>(schedule));
+    checkpointer->add(std::make_unique<RngCheckpoint>(device));
+  }
+
   // Loads the newest loadable checkpoint of out_dir: any world size and strategy
   // can continue what any other wrote; the same world size and strategy
   // continue bit-exactly.
   void resume() {
-    resumed = checkpointer->load_latest(ckpt_params, *strategy);
+    resumed = checkpointer->load_latest();  // every part: state, scaler, loader position, RNG, weights
     if (!resumed)
       throw ConfigError(fmt::format(
           "init_from=resume: no checkpoint in '{}' (runs write one at evaluations that improve val loss, "
           "with always_save_checkpoint=True, every checkpoint_interval iterations and on a stop signal)",
           checkpointer->dir()));
-    const TrainState& s = resumed->state;
-    state.iteration = s.iteration;
-    state.best_val_loss = s.best_val_loss;
-    state.bad_steps = s.bad_steps;
-    if (scaler.enabled()) scaler.load_state(s.loss_scaler);
-    last_saved_iteration = s.iteration;
-    // The data position: the loader is a pure function of (seed, iteration, sample).
-    train_loader->seek(s.iteration * cfg.gradient_accumulation_steps);
-    if (s.global_batch_sequences != state.global_batch_sequences)
-      log::warn("resuming at iteration {} with a global batch of {} sequences, the checkpoint's run used {}: the "
-                "samples from here on are not the ones that run would have seen",
-                s.iteration, state.global_batch_sequences, s.global_batch_sequences);
-    if (s.block_size != cfg.block_size || s.seed != cfg.seed)
-      log::warn("resuming with block_size {} and seed {}, the checkpoint's run used {} and {}: the data order "
-                "differs from that run's",
-                cfg.block_size, cfg.seed, s.block_size, s.seed);
-    if (!resumed->rng_restored)
-      log::info("the checkpoint was written by {} rank(s), this run has {}: random streams (dropout) start anew",
-                resumed->world_size, rt.world_size());
-    log::info("resumed from {} at iteration {} (written by {} on {} rank(s))", resumed->path, s.iteration,
+    resumed->state = state;  // the counters the file held, as TrainStateCheckpoint loaded them
+    last_saved_iteration = state.iteration;
+    log::info("resumed from {} at iteration {} (written by {} on {} rank(s))", resumed->path, state.iteration,
               resumed->strategy, resumed->world_size);
   }
 
@@ -212,10 +206,9 @@ struct Trainer::Impl {
   std::string save_checkpoint(const char* why) {
     const std::string dir_latest = checkpointer->latest_path();
     if (last_saved_iteration == state.iteration && !dir_latest.empty()) return dir_latest;
-    state.loss_scaler = scaler.state();
     rt.watchdog().activity(fmt::format("checkpoint save after iteration {} ({})", state.iteration, why));
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string path = checkpointer->save(ckpt_params, *strategy, state, cfg.to_json());
+    const std::string path = checkpointer->save(state.iteration);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last_saved_iteration = state.iteration;
     run_log->add_checkpoint({{"iter", state.iteration}, {"path", path}, {"reason", why}, {"seconds", seconds}});

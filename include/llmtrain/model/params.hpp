@@ -25,11 +25,34 @@ enum class ParamInit {
   ones,             // norm weights
 };
 
+// What a parameter is, whatever a layout calls it. Names are made from it
+// (param_module_name), and the transformers name map reads it: no name is parsed.
+enum class ParamRole {
+  token_embedding,     // wte
+  position_embedding,  // wpe (learned positions)
+  attn_norm,           // h.<i>.ln_1: the norm before attention
+  qkv,                 // h.<i>.attn.c_attn: fused rows q | k | v
+  attn_out,            // h.<i>.attn.c_proj
+  q_norm,              // h.<i>.attn.q_norm (QK-norm)
+  k_norm,              // h.<i>.attn.k_norm
+  mlp_norm,            // h.<i>.ln_2: the norm before the MLP
+  mlp_in,              // h.<i>.mlp.c_fc (SwiGLU: fused rows gate | up)
+  mlp_out,             // h.<i>.mlp.c_proj
+  final_norm,          // ln_f
+  lm_head,             // lm_head (untied)
+};
+// The module's name of a role, inside its block: "attn.c_attn", "ln_f".
+const char* param_module_name(ParamRole r);
+enum class ParamTensor { weight, bias };
+const char* to_string(ParamTensor t);  // "weight" | "bias"
+
 struct ParamSpec {
-  std::string name;              // as named_parameters(): "h.3.attn.c_attn.weight"
+  std::string name;              // as named_parameters(): "h.3.attn.c_attn.weight" (made from the fields below)
   std::vector<int64_t> shape;
   ParamGroup group = ParamGroup::attention;
   int64_t block = -1;            // transformer block index; -1 outside the blocks
+  ParamRole role = ParamRole::qkv;
+  ParamTensor tensor = ParamTensor::weight;
   bool decay = true;             // AdamW weight decay: matmul weights and embeddings, not norms or biases
   ParamInit init = ParamInit::normal;
   bool matmul = false;           // takes part in a matmul (the N of the MFU rule; see num_matmul_params)

@@ -5,6 +5,12 @@
 // loss, the data position, every rank's RNG state, the loss scaler, the whole
 // config and the program and library versions.
 //
+// Each part of the state that has state saves and loads its own piece through
+// one small interface, Stateful (torchtitan's checkpoint manager; the parts are
+// in train/checkpoint_state.hpp). The Checkpointer only orchestrates: a
+// temporary file, every registered part writes, close, publish; on load the
+// newest file every part accepts, every part reads, finish.
+//
 // Nothing is lost: a checkpoint is written under a temporary name, closed (its
 // error checked), synced and renamed; `latest` moves only after that; the
 // `keep_last` newest are kept. A rank killed at any moment of a save leaves the
@@ -14,75 +20,183 @@
 // what any other wrote.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <torch/types.h>
 
-#include "llmtrain/train/precision.hpp"
+#include "llmtrain/core/error.hpp"
 
 namespace llmtrain {
 
 class Runtime;
-class Strategy;
 
-// Scalars of the training state besides the tensors.
+// What a part writes through. Every call is collective: every rank makes the
+// same calls with the same names, shapes and attribute values (parallel HDF5
+// wants metadata calls collective). Groups are paths ("train_state",
+// "optimizer/exp_avg"; "" = the root), created on first use.
+class CheckpointWriter {
+ public:
+  ~CheckpointWriter();
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int64_t iteration() const { return iteration_; }  // the iteration being saved
+  // Scalar attributes (strings fixed-length, NUL-padded).
+  void attr(const std::string& group, const char* name, int64_t v);
+  void attr(const std::string& group, const char* name, double v);
+  void attr(const std::string& group, const char* name, const std::string& v);
+  // A float32 dataset `group`/`name` of `shape` (rank 1 or 2), the whole tensor:
+  // this rank writes elements [offset, offset + part.numel()) in row-major order
+  // (`part` 1-D, any device and dtype; undefined or empty: this rank writes nothing).
+  void tensor(const std::string& group, const std::string& name, const std::vector<int64_t>& shape, int64_t offset,
+              const torch::Tensor& part);
+  // A uint8 dataset (world_size, bytes) `group`/`name`: every rank writes its
+  // row; rows must have the same length on every rank.
+  void rank_row(const std::string& group, const std::string& name, const std::vector<uint8_t>& row);
+
+ private:
+  friend class Checkpointer;
+  struct File;
+  CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration);
+  void close();  // throws when the file's last write-back fails (a full disk)
+  std::unique_ptr<File> f_;
+  int rank_, world_size_;
+  int64_t iteration_;
+};
+
+// What a part reads through: a file opened by rank 0 alone for check(), or
+// by every rank for load(). Attribute readers name the file and the attribute
+// when it is missing.
+class CheckpointReader {
+ public:
+  ~CheckpointReader();
+  const std::string& path() const { return path_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }            // of this run
+  int64_t written_world_size() const;                        // of the run that wrote the file
+  int64_t iteration() const;                                 // iterations the file's run had completed
+  bool exists(const std::string& object) const;              // a group or dataset: "rng", "model/wte.weight"
+  // CheckpointUnusable "checkpoint '<path>' has no group '<group>'" when it is missing.
+  void require_group(const std::string& group) const;
+  int64_t attr_i64(const std::string& group, const char* name) const;
+  double attr_f64(const std::string& group, const char* name) const;
+  std::string attr_str(const std::string& group, const char* name) const;
+  struct Dataset {
+    std::vector<int64_t> shape;
+    bool float32 = false;
+  };
+  // CheckpointUnusable naming the file and dataset when it cannot be opened.
+  Dataset dataset(const std::string& path) const;
+  // Reads elements [offset, offset + dst.numel()) of the float32 dataset `path`
+  // (row-major) into `dst` (any device and dtype; undefined or empty: nothing).
+  // Every rank calls it for every dataset, each with its own slice.
+  void read_tensor(const std::string& path, int64_t offset, const torch::Tensor& dst);
+  // Collective: this rank's row of the (world_size, bytes) uint8 dataset
+  // `path`; nullopt when it is missing or another world size wrote it.
+  std::optional<std::vector<uint8_t>> rank_row(const std::string& path);
+
+ private:
+  friend class Checkpointer;
+  struct File;
+  // collective: every rank opens through MPI-IO; otherwise this rank alone
+  // (CheckpointUnusable when the file is missing, not HDF5 or cannot be opened).
+  CheckpointReader(const std::string& path, const Runtime& rt, bool collective);
+  bool close();  // false when closing fails
+  std::unique_ptr<File> f_;
+  std::string path_;
+  int rank_, world_size_;
+};
+
+// Stateful::check's verdicts: the file cannot be loaded (truncated, a part
+// missing: the previous checkpoint is tried) ...
+class CheckpointUnusable : public Error {
+ public:
+  using Error::Error;
+};
+// ... or it is a sound checkpoint of another model (the config is wrong, not
+// the file: loading stops with this error).
+class CheckpointMismatch : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
+// A part of the training state that saves and loads its own piece of a checkpoint.
+class Stateful {
+ public:
+  virtual ~Stateful() = default;
+  // Collective: writes this part.
+  virtual void save(CheckpointWriter& w) = 0;
+  // Rank 0 alone, before any rank reads: throws CheckpointUnusable or
+  // CheckpointMismatch when this part cannot be loaded from the file.
+  virtual void check(const CheckpointReader& r) const { (void)r; }
+  // Collective: reads this part from a file every part's check() accepted.
+  virtual void load(CheckpointReader& r) = 0;
+  // Collective, once every part is read and the file is closed.
+  virtual void finish_load() {}
+};
+
+// Scalars of the run besides the tensors (the trainer's counters).
 struct TrainState {
   int64_t iteration = 0;                   // iterations completed (the next to run)
   double best_val_loss = 0;                // +inf until the first evaluation
   int64_t bad_steps = 0;                   // non-finite updates skipped so far (run log: bad_steps)
-  LossScaler::State loss_scaler{65536.0, 0, 0};
-  // The data position: the loader is a pure function of (seed, iteration,
-  // sample), so the iteration and the global batch that produced it suffice.
-  int64_t global_batch_sequences = 0;
-  int64_t block_size = 0;
-  int64_t seed = 0;
 };
 
-// One parameter as checkpoints name it (ParamGroups order = named_parameters()).
-struct CheckpointParam {
-  std::string name;                        // "h.3.attn.c_attn.weight"
-  std::vector<int64_t> shape;
+// The run that writes: root attributes of every checkpoint besides the parts'.
+struct CheckpointRun {
+  std::string strategy;                    // "ddp" | "zero1" | "fsdp"
+  nlohmann::json config;                   // every configuration key
 };
 
 struct LoadedCheckpoint {
   std::string path;
-  TrainState state;
-  nlohmann::json config;                   // the config of the run that wrote it
+  int64_t iteration = 0;                   // iterations the writing run had completed
   int64_t world_size = 0;                  // of the run that wrote it
   std::string strategy;                    // "ddp" | "zero1" | "fsdp" of the run that wrote it
-  bool rng_restored = false;               // this rank's RNG state came from the file
+  nlohmann::json config;                   // the config of the run that wrote it
+  TrainState state;                        // the counters it held (set by the trainer's TrainState part)
 };
 
 class Checkpointer {
  public:
   // `out_dir`/checkpoints holds the files. Rank 0 creates it and removes
   // leftovers of interrupted saves (hidden temporary files).
-  Checkpointer(const std::string& out_dir, int64_t keep_last, const Runtime& rt);
+  Checkpointer(const std::string& out_dir, int64_t keep_last, const Runtime& rt, CheckpointRun run);
+  ~Checkpointer();
 
-  // Collective. Writes checkpoints/ckpt_<iteration>.h5 (every rank its slices
-  // and RNG row), renames it into place, moves `latest`, prunes to keep_last.
-  // Returns the path. Throws Error naming the file on any failure; the
-  // previous checkpoints are untouched then.
-  std::string save(const std::vector<CheckpointParam>& params, Strategy& strategy, const TrainState& state,
-                   const nlohmann::json& config);
+  // Parts save and load in the order they are added.
+  void add(std::unique_ptr<Stateful> part);
 
-  // Collective. Loads the newest loadable checkpoint into `strategy` (and this
-  // rank's RNG where the world size matches) and returns what it said; nullopt
-  // when the directory holds no checkpoint at all. Throws ConfigError when a
-  // tensor's shape or name does not match the model (the file is fine, the
-  // config is not), Error when every checkpoint present is unreadable.
-  std::optional<LoadedCheckpoint> load_latest(const std::vector<CheckpointParam>& params, Strategy& strategy);
+  // Collective. Writes checkpoints/ckpt_<iteration>.h5 (every part its piece),
+  // renames it into place, moves `latest`, prunes to keep_last. Returns the
+  // path. Throws Error naming the file on any failure; the previous
+  // checkpoints are untouched then.
+  std::string save(int64_t iteration);
+
+  // Collective. Loads the newest loadable checkpoint into every part and
+  // returns what it said; nullopt when the directory holds no checkpoint at
+  // all. Throws ConfigError when a part does not match the file (the file is
+  // fine, the config is not), Error when every checkpoint present is unreadable.
+  std::optional<LoadedCheckpoint> load_latest();
 
   const std::string& dir() const { return dir_; }
   // Path `latest` points to, or "" (rank-local read; for messages).
   std::string latest_path() const;
 
  private:
+  void write_header(CheckpointWriter& w) const;
+  std::string inspect(const std::string& path) const;  // rank 0's verdict on one file
+  std::string choose(std::string& verdict) const;      // rank 0: the newest loadable file
+  void prune() const;
+
   std::string dir_;
   int64_t keep_last_;
   const Runtime& rt_;
+  CheckpointRun run_;
+  std::vector<std::unique_ptr<Stateful>> parts_;
 };
 
 // "ckpt_00000120.h5"

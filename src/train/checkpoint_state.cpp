@@ -1,0 +1,225 @@
+// The parts of the training state in checkpoints (checkpoint_state.hpp).
+#include "llmtrain/train/checkpoint_state.hpp"
+
+#include <algorithm>
+#include <csignal>
+
+#include <ATen/core/Generator.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/core/fault.hpp"
+#include "llmtrain/core/log.hpp"
+#include "llmtrain/data/loader.hpp"
+#include "llmtrain/distributed/strategy.hpp"
+#include "llmtrain/train/precision.hpp"
+#include "llmtrain/train/schedule.hpp"
+
+namespace llmtrain {
+
+namespace {
+
+constexpr StateTensor kTensors[] = {StateTensor::weights, StateTensor::exp_avg, StateTensor::exp_avg_sq};
+
+const char* group_of(StateTensor t) {
+  switch (t) {
+    case StateTensor::weights: return "model";
+    case StateTensor::exp_avg: return "optimizer/exp_avg";
+    case StateTensor::exp_avg_sq: return "optimizer/exp_avg_sq";
+  }
+  return "?";
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+// At most one slice per parameter (the strategies guarantee it): by parameter.
+std::vector<const StateSlice*> by_param(const std::vector<StateSlice>& slices, size_t num_params,
+                                        const char* what) {
+  std::vector<const StateSlice*> out(num_params, nullptr);
+  for (const auto& s : slices) {
+    LLMTRAIN_CHECK(s.param >= 0 && static_cast<size_t>(s.param) < num_params, "checkpoint: {} slice of parameter {} "
+                   "outside the {} parameters", what, s.param, num_params);
+    LLMTRAIN_CHECK(out[s.param] == nullptr, "checkpoint: two {} slices of parameter {} on one rank", what, s.param);
+    out[s.param] = &s;
+  }
+  return out;
+}
+
+// The default CPU generator and, on CUDA, the device's, by dataset name.
+std::vector<std::pair<const char*, at::Generator>> generators(torch::Device device) {
+  std::vector<std::pair<const char*, at::Generator>> gens = {{"cpu", at::detail::getDefaultCPUGenerator()}};
+  if (device.is_cuda()) gens.emplace_back("cuda", at::detail::getCUDAHooks().getDefaultGenerator(device.index()));
+  return gens;
+}
+
+}  // namespace
+
+// ---- weights and AdamW state ----------------------------------------------------------
+
+StrategyCheckpoint::StrategyCheckpoint(std::vector<ParamSpec> params, Strategy& strategy)
+    : params_(std::move(params)), strategy_(strategy) {}
+
+void StrategyCheckpoint::save(CheckpointWriter& w) {
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& p : params_) names.push_back(p.name);
+  w.attr("", "param_names", names.dump());
+  // Every rank writes the slices it owns (sharded: its shards; DDP: rank 0 all).
+  const auto write = [&](StateTensor t, bool kill_half_way) {
+    const auto slices = strategy_.save_slices(t);
+    const auto mine = by_param(slices, params_.size(), to_string(t));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (kill_half_way && i == params_.size() / 2) std::raise(SIGKILL);
+      const StateSlice* s = mine[i];
+      w.tensor(group_of(t), params_[i].name, params_[i].shape, s ? s->offset : 0, s ? s->values : torch::Tensor());
+    }
+  };
+  write(StateTensor::weights, false);
+  w.attr("optimizer", "steps", strategy_.optimizer_steps());
+  write(StateTensor::exp_avg, fault::hit(fault::Point::kill_during_save, w.rank(), w.iteration()));
+  write(StateTensor::exp_avg_sq, false);
+}
+
+void StrategyCheckpoint::check(const CheckpointReader& r) const {
+  const std::string& path = r.path();
+  for (const auto& n : nlohmann::json::parse(r.attr_str("", "param_names"))) {
+    const std::string name = n.get<std::string>();
+    if (std::none_of(params_.begin(), params_.end(), [&](const ParamSpec& p) { return p.name == name; }))
+      throw CheckpointMismatch(fmt::format("checkpoint '{}' holds tensor '{}', which this model does not have (the "
+                                           "config describes another model)",
+                                           path, name));
+  }
+  for (const auto t : kTensors) {
+    for (const auto& p : params_) {
+      const std::string ds = fmt::format("{}/{}", group_of(t), p.name);
+      if (!r.exists(ds)) {
+        if (t == StateTensor::weights)
+          throw CheckpointMismatch(
+              fmt::format("checkpoint '{}' has no tensor '{}' (the config describes another model)", path, ds));
+        throw CheckpointUnusable(fmt::format("checkpoint '{}' has no dataset '{}'", path, ds));
+      }
+      const CheckpointReader::Dataset d = r.dataset(ds);
+      if (d.shape != p.shape)
+        throw CheckpointMismatch(fmt::format("checkpoint '{}': tensor '{}' has shape {}, the model {}", path, ds,
+                                             shape_str(d.shape), shape_str(p.shape)));
+      if (!d.float32) throw CheckpointUnusable(fmt::format("checkpoint '{}': tensor '{}' is not float32", path, ds));
+    }
+  }
+  r.require_group("optimizer");
+}
+
+void StrategyCheckpoint::load(CheckpointReader& r) {
+  // Every rank reads its own slices (it may read what other ranks read too).
+  for (const auto t : kTensors) {
+    const auto slices = strategy_.load_slices(t);
+    const auto mine = by_param(slices, params_.size(), to_string(t));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const StateSlice* s = mine[i];
+      r.read_tensor(fmt::format("{}/{}", group_of(t), params_[i].name), s ? s->offset : 0,
+                    s ? s->values : torch::Tensor());
+    }
+  }
+  loaded_steps_ = r.attr_i64("optimizer", "steps");
+}
+
+void StrategyCheckpoint::finish_load() { strategy_.finish_load(loaded_steps_); }
+
+// ---- the run's counters ---------------------------------------------------------------
+
+void TrainStateCheckpoint::save(CheckpointWriter& w) {
+  w.attr("train_state", "iteration", state_.iteration);
+  w.attr("train_state", "best_val_loss", state_.best_val_loss);
+  w.attr("train_state", "bad_steps", state_.bad_steps);
+}
+
+void TrainStateCheckpoint::check(const CheckpointReader& r) const { r.require_group("train_state"); }
+
+void TrainStateCheckpoint::load(CheckpointReader& r) {
+  state_.iteration = r.attr_i64("train_state", "iteration");
+  state_.best_val_loss = r.attr_f64("train_state", "best_val_loss");
+  state_.bad_steps = r.attr_i64("train_state", "bad_steps");
+}
+
+// ---- the loss scaler ------------------------------------------------------------------
+
+void LossScalerCheckpoint::save(CheckpointWriter& w) {
+  const LossScaler::State s = scaler_.state();
+  w.attr("train_state", "loss_scale", s.scale);
+  w.attr("train_state", "loss_scale_growth_tracker", s.growth_tracker);
+  w.attr("train_state", "loss_scale_skipped", s.skipped);
+}
+
+void LossScalerCheckpoint::load(CheckpointReader& r) {
+  const LossScaler::State s{r.attr_f64("train_state", "loss_scale"),
+                            r.attr_i64("train_state", "loss_scale_growth_tracker"),
+                            r.attr_i64("train_state", "loss_scale_skipped")};
+  if (scaler_.enabled()) scaler_.load_state(s);
+}
+
+// ---- the data position ----------------------------------------------------------------
+
+void DataPositionCheckpoint::save(CheckpointWriter& w) {
+  w.attr("train_state", "global_batch_sequences", here_.global_batch_sequences);
+  w.attr("train_state", "block_size", here_.block_size);
+  w.attr("train_state", "seed", here_.seed);
+}
+
+void DataPositionCheckpoint::load(CheckpointReader& r) {
+  const int64_t iteration = r.iteration();
+  const int64_t batch = r.attr_i64("train_state", "global_batch_sequences");
+  const int64_t block_size = r.attr_i64("train_state", "block_size"), seed = r.attr_i64("train_state", "seed");
+  loader_.seek(iteration * here_.micro_steps);
+  if (batch != here_.global_batch_sequences)
+    log::warn("resuming at iteration {} with a global batch of {} sequences, the checkpoint's run used {}: the "
+              "samples from here on are not the ones that run would have seen",
+              iteration, here_.global_batch_sequences, batch);
+  if (block_size != here_.block_size || seed != here_.seed)
+    log::warn("resuming with block_size {} and seed {}, the checkpoint's run used {} and {}: the data order "
+              "differs from that run's",
+              here_.block_size, here_.seed, block_size, seed);
+}
+
+// ---- the LR schedule (for the record) -------------------------------------------------
+
+void ScheduleCheckpoint::save(CheckpointWriter& w) {
+  w.attr("schedule", "learning_rate", schedule_.learning_rate);
+  w.attr("schedule", "min_lr", schedule_.min_lr);
+  w.attr("schedule", "warmup_iters", schedule_.warmup_iters);
+  w.attr("schedule", "lr_decay_iters", schedule_.lr_decay_iters);
+  w.attr("schedule", "decay_lr", static_cast<int64_t>(schedule_.decay));
+}
+
+// ---- RNG ------------------------------------------------------------------------------
+
+void RngCheckpoint::save(CheckpointWriter& w) {
+  for (auto& [name, gen] : generators(device_)) {
+    const torch::Tensor state = gen.get_state().to(torch::kCPU).contiguous();
+    const auto* p = state.data_ptr<uint8_t>();
+    w.rank_row("rng", name, std::vector<uint8_t>(p, p + state.numel()));
+  }
+}
+
+void RngCheckpoint::check(const CheckpointReader& r) const { r.require_group("rng"); }
+
+void RngCheckpoint::load(CheckpointReader& r) {
+  bool restored = r.written_world_size() == r.world_size();
+  for (auto& [name, gen] : generators(device_)) {
+    auto row = r.rank_row(fmt::format("rng/{}", name));
+    if (!row) {
+      restored = false;
+      continue;
+    }
+    gen.set_state(torch::from_blob(row->data(), {static_cast<int64_t>(row->size())}, torch::kUInt8).clone());
+  }
+  if (!restored)
+    log::info("the checkpoint was written by {} rank(s), this run has {}: random streams (dropout) start anew",
+              r.written_world_size(), r.world_size());
+}
+
+}  // namespace llmtrain
