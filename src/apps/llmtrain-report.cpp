@@ -17,32 +17,13 @@
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/train/run_log.hpp"
+#include "llmtrain/train/run_log_reader.hpp"
 #include "llmtrain/train/run_report.hpp"
 
 namespace fs = std::filesystem;
 namespace po = boost::program_options;
 
 namespace {
-
-// Files as given; a directory stands for the run_*.json files in it.
-std::vector<std::string> expand_logs(const std::vector<std::string>& args) {
-  std::vector<std::string> out;
-  for (const auto& a : args) {
-    if (fs::is_directory(a)) {
-      std::vector<std::string> found;
-      for (const auto& e : fs::directory_iterator(a)) {
-        const auto name = e.path().filename().string();
-        if (name.rfind("run_", 0) == 0 && e.path().extension() == ".json") found.push_back(e.path().string());
-      }
-      std::sort(found.begin(), found.end());
-      if (found.empty()) throw llmtrain::Error(fmt::format("directory '{}' holds no run_*.json run logs", a));
-      out.insert(out.end(), found.begin(), found.end());
-    } else {
-      out.push_back(a);
-    }
-  }
-  return out;
-}
 
 // Where the plot script is: --plot-script, $LLMTRAIN_PLOT_SCRIPT, next to an
 // installed binary (share/llmtrain), or the source tree of a build directory.
@@ -135,7 +116,7 @@ int main(int argc, char** argv) try {
   if (budget <= 0) throw llmtrain::Error(fmt::format("--tokens must be positive, got {}", budget));
 
   std::vector<llmtrain::RunSummary> runs;
-  for (const auto& p : expand_logs(logs)) runs.push_back(llmtrain::read_run_log(p, warmup));
+  for (const auto& p : llmtrain::expand_run_logs(logs, /*recursive=*/false)) runs.push_back(llmtrain::read_run_log(p, warmup));
 
   std::cout << "runs:\n";
   for (size_t i = 0; i < runs.size(); ++i) {

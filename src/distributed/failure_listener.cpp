@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/distributed/run_observer.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 
 namespace llmtrain {
@@ -28,17 +29,16 @@ FailureListener::~FailureListener() {
   if (!fin && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-void FailureListener::set_handlers(OnFailure on_failure, OnSignal on_signal) {
+void FailureListener::set_observer(RunObserver* observer) {
   std::lock_guard<std::mutex> lock(mu_);
-  on_failure_ = std::move(on_failure);
-  on_signal_ = std::move(on_signal);
+  observer_ = observer;
 }
 
 void FailureListener::call_failure(int rank, const std::string& message) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!on_failure_) return;
+  if (!observer_) return;
   try {
-    on_failure_(rank, message);
+    observer_->on_failure(rank, message);
   } catch (...) {
     // Recording the failure must not add one: the run ends anyway.
   }
@@ -85,9 +85,9 @@ void FailureListener::loop() {
     if (sig && !signal_seen) {
       signal_seen = true;
       std::lock_guard<std::mutex> lock(mu_);
-      if (on_signal_) {
+      if (observer_) {
         try {
-          on_signal_(sig);
+          observer_->on_signal(sig);
         } catch (...) {
         }
       }

@@ -8,31 +8,30 @@
 //    (a few seconds at most) for rank 0 to record it, then aborts the job;
 //  - a stop signal arriving in this process: the run log is flushed at once,
 //    from this thread (not from the signal handler), before the iteration ends.
-// The handlers (the trainer's) run on the listener thread: they must be
-// thread-safe against the training thread (RunLog is).
+// The observer (the trainer's RunLog) is called on the listener thread: it must
+// be thread-safe against the training thread (RunLog is).
 #pragma once
 #include <mpi.h>
 
 #include <atomic>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
 
 namespace llmtrain {
 
+class RunObserver;
+
 class FailureListener {
  public:
-  using OnFailure = std::function<void(int rank, const std::string& message)>;
-  using OnSignal = std::function<void(int signal)>;
-
   // Collective over MPI_COMM_WORLD (duplicates it); rank 0 starts the thread.
   explicit FailureListener(int rank);
   ~FailureListener();  // stops the thread; call before MPI_Finalize
   FailureListener(const FailureListener&) = delete;
   FailureListener& operator=(const FailureListener&) = delete;
 
-  void set_handlers(OnFailure on_failure, OnSignal on_signal);
+  // Not owned; nullptr removes it. Once this returns, the old one is not called.
+  void set_observer(RunObserver* observer);
   // This rank's fatal error: rank 0 records it directly; another rank sends it
   // to rank 0 and waits up to `wait_s` for the acknowledgement.
   void report(const std::string& message, double wait_s = 5.0);
@@ -45,9 +44,8 @@ class FailureListener {
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  std::mutex mu_;  // guards the handlers
-  OnFailure on_failure_;
-  OnSignal on_signal_;
+  std::mutex mu_;  // guards the observer, held while it is called
+  RunObserver* observer_ = nullptr;
 };
 
 }  // namespace llmtrain

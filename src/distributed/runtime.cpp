@@ -189,9 +189,8 @@ std::vector<std::string> Runtime::all_hostnames() const { return allgather_strin
 
 void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
-void Runtime::set_end_handlers(std::function<void(int, const std::string&)> on_failure,
-                               std::function<void(int)> on_signal) {
-  if (listener_) listener_->set_handlers(std::move(on_failure), std::move(on_signal));
+void Runtime::set_observer(RunObserver* observer) {
+  if (listener_) listener_->set_observer(observer);
 }
 
 void Runtime::report_failure(const std::string& message) {

@@ -1,12 +1,9 @@
 #include "llmtrain/plan/planner.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <numeric>
 #include <utility>
@@ -228,51 +225,21 @@ SearchResult plan_search(const Config& base, const SearchOptions& o) {
 }
 
 // ---- run logs ------------------------------------------------------------------
-namespace {
-
-nlohmann::json load_json(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(fmt::format("cannot open run log '{}': {}", path, std::strerror(errno)));
-  try {
-    nlohmann::json j;
-    f >> j;
-    return j;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("run log '{}' is not valid JSON: {}", path, e.what()));
-  }
-}
-
-const nlohmann::json* find_path(const nlohmann::json& j, std::initializer_list<const char*> keys) {
-  const nlohmann::json* p = &j;
-  for (const char* k : keys) {
-    if (!p->is_object()) return nullptr;
-    auto it = p->find(k);
-    if (it == p->end()) return nullptr;
-    p = &*it;
-  }
-  return p;
-}
-
-}  // namespace
 
 MeasuredSpeed read_measured_speed(const std::string& path) {
-  const nlohmann::json j = load_json(path);
-  const RunSummary s = summarize_run_log(j, path, -1);
+  const RunLogData log = load_run_log(path);
+  const RunSummary s = summarize_run_log(log, -1);
   if (!s.errors.empty())
-    throw Error(fmt::format("run log '{}' failed its self-check ({} error(s), first: {}): its speed is not a result",
-                            path, s.errors.size(), s.errors.front()));
+    log.fail(fmt::format("failed its self-check ({} error(s), first: {}): its speed is not a result", s.errors.size(),
+                         s.errors.front()));
   MeasuredSpeed m;
   m.path = path;
   m.device = s.device;
   m.world_size = s.world_size;
   m.tokens_per_sec = s.summary.value("tokens_per_sec", 0.0);
-  if (!(m.tokens_per_sec > 0))
-    throw Error(fmt::format("run log '{}' has no measured tokens/s (no training iterations)", path));
-  const auto* fpt = find_path(j, {"startup_info", "model", "flops_per_token"});
-  if (!fpt || !fpt->is_number())
-    throw Error(fmt::format("run log '{}' has no startup_info.model.flops_per_token", path));
-  m.flops_per_token = fpt->get<double>();
-  if (const auto* a = find_path(j, {"startup_info", "model", "arch"}); a && a->is_string()) m.arch = a->get<std::string>();
+  if (!(m.tokens_per_sec > 0)) log.fail("has no measured tokens/s (no training iterations)");
+  m.flops_per_token = log.startup_number({"model", "flops_per_token"});
+  if (const auto* a = log.startup({"model", "arch"}); a && a->is_string()) m.arch = a->get<std::string>();
   if (auto it = s.summary.find("mfu"); it != s.summary.end() && it->is_number()) m.mfu = it->get<double>();
   return m;
 }
@@ -298,58 +265,31 @@ void plan_apply_memory(std::vector<Candidate>& candidates, int gpus) {
 }
 
 LossObservation read_loss_observation(const std::string& path) {
-  const nlohmann::json j = load_json(path);
+  const RunLogData log = load_run_log(path);
   LossObservation o;
   o.source = path;
-  const auto* n = find_path(j, {"startup_info", "model", "num_params"});
-  if (!n || !n->is_number())
-    throw Error(fmt::format("run log '{}' has no startup_info.model.num_params (not an llmtrain run log?)", path));
-  o.params = n->get<double>();
+  o.params = log.startup_number({"model", "num_params"}, " (not an llmtrain run log?)");
   // D = the iterations trained x the global tokens of one: the run's last
   // iteration, not the number of records (a resumed run's log starts mid-way).
-  const auto* tpi = find_path(j, {"startup_info", "config", "tokens_per_iter"});
-  if (!tpi || !tpi->is_number() || !(tpi->get<double>() > 0))
-    throw Error(fmt::format("run log '{}' has no startup_info.config.tokens_per_iter", path));
-  const auto* iters = find_path(j, {"training_iterations"});
-  if (!iters || !iters->is_array() || iters->empty() || !iters->back().contains("iter") ||
-      !iters->back()["iter"].is_number_integer())
-    throw Error(fmt::format("run log '{}' has no training iterations: no tokens trained", path));
-  int64_t last_iter = iters->back()["iter"].get<int64_t>() + 1;
-  if (const auto* mi = find_path(j, {"startup_info", "config", "max_iters"}); mi && mi->is_number_integer())
+  const double tokens_per_iter = log.startup_number({"config", "tokens_per_iter"});
+  if (!(tokens_per_iter > 0)) log.fail("has no startup_info.config.tokens_per_iter");
+  const auto& iters = log.iterations;
+  if (iters.empty() || !iters.back().contains("iter") || !iters.back()["iter"].is_number_integer())
+    log.fail("has no training iterations: no tokens trained");
+  int64_t last_iter = iters.back()["iter"].get<int64_t>() + 1;
+  if (const auto* mi = log.startup({"config", "max_iters"}); mi && mi->is_number_integer())
     last_iter = std::max(last_iter, mi->get<int64_t>());
-  o.tokens = static_cast<double>(last_iter) * tpi->get<double>();
-  const auto* evals = find_path(j, {"eval_results"});
-  if (!evals || !evals->is_array() || evals->empty())
-    throw Error(fmt::format("run log '{}' has no final val loss: eval_results is empty", path));
-  const auto& e = evals->back();
+  o.tokens = static_cast<double>(last_iter) * tokens_per_iter;
+  if (log.evals.empty()) log.fail("has no final val loss: eval_results is empty");
+  const auto& e = log.evals.back();
   const auto it = e.find("iter"), vl = e.find("val_loss");
   if (it == e.end() || !it->is_number_integer() || it->get<int64_t>() != last_iter)
-    throw Error(fmt::format("run log '{}' has no final val loss: its last evaluation is at iteration {} of {}", path,
-                            it == e.end() ? std::string("?") : it->dump(), last_iter));
+    log.fail(fmt::format("has no final val loss: its last evaluation is at iteration {} of {}",
+                         it == e.end() ? std::string("?") : it->dump(), last_iter));
   if (vl == e.end() || !vl->is_number() || !std::isfinite(vl->get<double>()))
-    throw Error(fmt::format("run log '{}' has no final val loss: the last evaluation has no finite val_loss", path));
+    log.fail("has no final val loss: the last evaluation has no finite val_loss");
   o.loss = vl->get<double>();
   return o;
-}
-
-std::vector<std::string> expand_run_logs(const std::vector<std::string>& args) {
-  std::vector<std::string> out;
-  for (const auto& a : args) {
-    if (!fs::is_directory(a)) {
-      out.push_back(a);
-      continue;
-    }
-    std::vector<std::string> found;
-    for (const auto& e : fs::recursive_directory_iterator(a)) {
-      const auto name = e.path().filename().string();
-      if (e.is_regular_file() && name.rfind("run_", 0) == 0 && e.path().extension() == ".json")
-        found.push_back(e.path().string());
-    }
-    if (found.empty()) throw Error(fmt::format("directory '{}' holds no run_*.json run logs", a));
-    std::sort(found.begin(), found.end());
-    out.insert(out.end(), found.begin(), found.end());
-  }
-  return out;
 }
 
 // ---- output --------------------------------------------------------------------

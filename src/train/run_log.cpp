@@ -309,6 +309,14 @@ void RunLog::record_failure(int rank, const std::string& message) {
   flush_locked(/*force=*/true);
 }
 
+void RunLog::on_signal(int signal) {
+  add_event({{"kind", "signal"},
+             {"signal", signal},
+             {"message", fmt::format("signal {} received; stopping after the current iteration with a checkpoint",
+                                     signal)}});
+  flush(/*force=*/true);
+}
+
 bool RunLog::flush(bool force) {
   std::lock_guard<std::mutex> lock(mu_);
   return flush_locked(force);

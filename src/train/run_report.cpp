@@ -3,23 +3,16 @@
 #include "llmtrain/train/run_report.hpp"
 
 #include <algorithm>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/config.hpp"
-#include "llmtrain/core/error.hpp"
 #include "llmtrain/train/metrics.hpp"
 
 namespace llmtrain {
 namespace {
 
-const nlohmann::json& section(const nlohmann::json& j, const char* key, const std::string& path) {
-  auto it = j.find(key);
-  if (it == j.end()) throw Error(fmt::format("run log '{}' has no '{}' section (not an llmtrain run log?)", path, key));
-  return *it;
-}
 template <typename T>
 T value_or(const nlohmann::json& j, const char* key, T def) {
   auto it = j.find(key);
@@ -39,13 +32,11 @@ std::string fmt_opt(const nlohmann::json& s, const char* key, const char* spec_f
 
 }  // namespace
 
-RunSummary summarize_run_log(const nlohmann::json& log, const std::string& path, int64_t warmup_iters) {
+RunSummary summarize_run_log(const RunLogData& log, int64_t warmup_iters) {
   RunSummary r;
-  r.path = path;
-  const auto& startup = section(log, "startup_info", path);
-  const auto& cfg = section(startup, "config", path);
-  const auto& iters = section(log, "training_iterations", path);
-  if (!iters.is_array()) throw Error(fmt::format("run log '{}': training_iterations is not an array", path));
+  r.path = log.path;
+  const auto& cfg = log.config();
+  const auto& iters = log.iterations;
   r.world_size = value_or<int>(cfg, "world_size", 1);
   r.num_nodes = value_or<int>(cfg, "num_nodes", 1);
   r.batch_size = value_or<int64_t>(cfg, "batch_size", 0);
@@ -71,11 +62,10 @@ RunSummary summarize_run_log(const nlohmann::json& log, const std::string& path,
   }
   if (warmup_iters < 0) warmup_iters = value_or<int64_t>(cfg, "warmup_report_iters", 50);
 
-  if (auto it = log.find("errors"); it != log.end() && it->is_array())
-    for (const auto& e : *it) r.errors.push_back(e.is_string() ? e.get<std::string>() : e.dump());
+  r.errors = log.errors;
   // Re-run the self-check: a log edited or produced by a buggy build is caught here.
   double fpt = 0.0, peak_total = 0.0;
-  if (auto m = startup.find("mfu"); m != startup.end()) {
+  if (const auto* m = log.startup({"mfu"})) {
     fpt = value_or<double>(*m, "flops_per_token", 0.0);
     peak_total = value_or<double>(*m, "peak_tflops_total", 0.0);
   }
@@ -91,15 +81,7 @@ RunSummary summarize_run_log(const nlohmann::json& log, const std::string& path,
 }
 
 RunSummary read_run_log(const std::string& path, int64_t warmup_iters) {
-  std::ifstream f(path);
-  if (!f) throw Error(fmt::format("cannot open run log '{}': {}", path, std::strerror(errno)));
-  nlohmann::json j;
-  try {
-    f >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("run log '{}' is not valid JSON: {}", path, e.what()));
-  }
-  return summarize_run_log(j, path, warmup_iters);
+  return summarize_run_log(load_run_log(path), warmup_iters);
 }
 
 std::string format_comparison_table(const std::vector<RunSummary>& runs) {

@@ -159,18 +159,12 @@ struct Trainer::Impl {
     // recorded here (rank 0) before the job is aborted, and a stop signal
     // flushes the log at once (mpirun kills the ranks about a second after
     // forwarding SIGTERM).
-    rt.set_end_handlers([log = run_log.get()](int rank, const std::string& msg) { log->record_failure(rank, msg); },
-                        [log = run_log.get()](int sig) {
-                          log->add_event({{"kind", "signal"}, {"signal", sig},
-                                          {"message", fmt::format("signal {} received; stopping after the "
-                                                                  "current iteration with a checkpoint", sig)}});
-                          log->flush(/*force=*/true);
-                        });
+    rt.set_observer(run_log.get());
     log::info("{}", format_startup_block(cfg, mcfg, env, setup));
     log::info("run log: {}", run_log->path());
   }
 
-  ~Impl() { rt.set_end_handlers({}, {}); }
+  ~Impl() { rt.set_observer(nullptr); }
 
   // The checkpoint's parts, in file order (train/checkpoint_state.hpp).
   void register_checkpoint_parts() {

@@ -15,6 +15,7 @@
 #include "llmtrain/train/device_peaks.hpp"
 #include "llmtrain/train/metrics.hpp"
 #include "llmtrain/train/run_log.hpp"
+#include "llmtrain/train/run_log_reader.hpp"
 #include "test_util.hpp"
 
 using namespace llmtrain;
@@ -304,10 +305,7 @@ TEST(RunLog, AtomicAndReadableMidRun) {
   log.add_iteration({{"iter", 0}, {"loss", 3.0}});
   EXPECT_TRUE(log.flush());
   // Mid-run: a complete JSON document with the iteration so far.
-  auto read = [&] {
-    std::ifstream f(log.path());
-    return nlohmann::json::parse(f);
-  };
+  auto read = [&] { return load_run_log_json(log.path()); };
   EXPECT_EQ(read()["training_iterations"].size(), 1u);
   log.add_iteration({{"iter", 1}, {"loss", 2.5}});
   EXPECT_FALSE(log.flush());  // rate-limited

@@ -21,6 +21,7 @@
 #include "run_command.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/train/metrics.hpp"
+#include "llmtrain/train/run_log_reader.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -85,7 +86,7 @@ class RealRun : public ::testing::Test {
     for (const auto& e : fs::directory_iterator(dir_ / "out"))
       if (e.path().filename().string().rfind("run_", 0) == 0 && e.path().extension() == ".json")
         log_path_ = e.path().string();
-    if (!log_path_.empty()) log_ = json::parse(std::ifstream(log_path_));
+    if (!log_path_.empty()) log_ = llmtrain::load_run_log_json(log_path_);
   }
   static fs::path dir_;
   static std::string prepare_out_, console_, log_path_;

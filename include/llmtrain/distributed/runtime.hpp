@@ -11,6 +11,7 @@
 namespace llmtrain {
 
 class FailureListener;
+class RunObserver;
 class Watchdog;
 
 class Runtime {
@@ -55,12 +56,11 @@ class Runtime {
   [[noreturn]] static void abort(int code);
 
   // The run's record of its own end (rank 0 writes it; see failure_listener.hpp):
-  // `on_failure(rank, message)` is called on rank 0 for a fatal error on any
-  // rank (reported through report_failure, which run_main does), `on_signal`
-  // once when a stop signal reaches rank 0's process. Both run on a thread of
-  // their own and must be thread-safe; pass empty functions to remove them.
-  void set_end_handlers(std::function<void(int, const std::string&)> on_failure,
-                        std::function<void(int)> on_signal);
+  // `observer->on_failure` is called on rank 0 for a fatal error on any rank
+  // (reported through report_failure, which run_main does), `on_signal` once
+  // when a stop signal reaches rank 0's process. Not owned; nullptr removes it
+  // (after which it is no longer called).
+  void set_observer(RunObserver* observer);
   void report_failure(const std::string& message);
 
  private:

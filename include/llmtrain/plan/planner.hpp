@@ -129,9 +129,6 @@ void plan_apply_memory(std::vector<Candidate>& candidates, int gpus);
 // Throws Error (one line) when the log has no val loss at its last iteration.
 LossObservation read_loss_observation(const std::string& run_log_path);
 
-// Files as given; a directory stands for every run_*.json below it (sorted).
-std::vector<std::string> expand_run_logs(const std::vector<std::string>& args);
-
 // ---- output --------------------------------------------------------------------
 
 std::string format_candidates(const std::vector<Candidate>& candidates, FlopAccounting accounting);

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llmtrain/distributed/run_observer.hpp"
 #include "llmtrain/train/device_peaks.hpp"
 
 namespace llmtrain {
@@ -53,8 +54,9 @@ std::string format_startup_block(const Config& config, const ModelConfig& model,
                                  const RunEnvironment& env, const MetricsSetup& metrics);
 
 // Thread-safe: the training thread adds records while a listener thread may
-// record a failure on another rank or flush on a stop signal.
-class RunLog {
+// record a failure on another rank or flush on a stop signal (the RunObserver
+// the trainer gives the Runtime).
+class RunLog : public RunObserver {
  public:
   // `enabled` = false (ranks other than 0) makes every call a no-op. Creates
   // out_dir; the file is out_dir/run_<YYYYmmdd_HHMMSS>.json (a suffix _2, _3 ...
@@ -73,6 +75,11 @@ class RunLog {
   // summary says {"status": "failed", "error": ..., "error_rank": r}, keeping what
   // it held; then the file is written (forced).
   void record_failure(int rank, const std::string& message);
+
+  // RunObserver: on_failure is record_failure; on_signal adds a "signal" event
+  // and writes the file at once (forced).
+  void on_failure(int rank, const std::string& message) override { record_failure(rank, message); }
+  void on_signal(int signal) override;
 
   // Rewrites the file atomically; skipped when the last write was less than
   // min_flush_seconds ago unless `force`. Returns whether it wrote.

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llmtrain/train/run_log_reader.hpp"
+
 namespace llmtrain {
 
 // One run log condensed for comparison tables.
@@ -22,10 +24,11 @@ struct RunSummary {
   std::vector<std::string> errors;      // the log's errors[] + the self-check on every record
 };
 
-// Loads and checks one run log (throws Error naming the file on unreadable JSON
-// or a missing section). `warmup_iters` < 0: the log's own warmup_report_iters.
+// Loads and checks one run log (load_run_log: Error naming the file on unreadable
+// JSON or a missing section) and condenses it. `warmup_iters` < 0: the log's own
+// warmup_report_iters.
 RunSummary read_run_log(const std::string& path, int64_t warmup_iters);
-RunSummary summarize_run_log(const nlohmann::json& log, const std::string& path, int64_t warmup_iters);
+RunSummary summarize_run_log(const RunLogData& log, int64_t warmup_iters);
 
 // Plain-text tables of llmtrain-report.
 std::string format_comparison_table(const std::vector<RunSummary>& runs);
