@@ -80,7 +80,7 @@ void BM_Family(benchmark::State& state, const std::string& family) {
 
 void BM_Backend(benchmark::State& state, const std::string& backend) {
   auto m = small("llama3", 1024);  // long enough for attention to matter
-  m.attention_backend = llmtrain::attention_backend_from_string(backend);
+  m.attention_backend = llmtrain::option_from_string<llmtrain::AttentionBackend>(backend);
   run_fwd_bwd(state, m, 2);
 }
 

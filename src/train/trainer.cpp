@@ -93,7 +93,7 @@ struct Trainer::Impl {
     torch::manual_seed(cfg.seed);
     model = Transformer(mcfg);
     model->init_weights(static_cast<uint64_t>(cfg.seed));
-    if (const std::string hf = hf_init_dir(cfg); !hf.empty()) load_hf_checkpoint(*model, hf);  // init_from=hf:DIR
+    if (cfg.init_from.source == InitSource::hf) load_hf_checkpoint(*model, cfg.init_from.hf_dir);
     model->to(device);
     model->plan_attention(device, dtype);
     // 4. parallelism, applied from outside the model
@@ -108,7 +108,7 @@ struct Trainer::Impl {
     state.global_batch_sequences = cfg.global_batch_sequences(rt.world_size());
     state.block_size = cfg.block_size;
     state.seed = cfg.seed;
-    if (cfg.init_from == "resume") resume();
+    if (cfg.init_from.source == InitSource::resume) resume();
     // 6. metrics and the run log (rank 0 writes)
     MetricsSetup setup;
     setup.flops_per_token = mcfg.flops_per_token();
@@ -128,7 +128,8 @@ struct Trainer::Impl {
     env.threads_per_rank = rt.num_threads();
     env.attention_backend_used = model->attention_backend_used();
     env.attention_kernel = model->attention_kernel_used();
-    env.precision = fmt::format("{}{}; {}", cfg.dtype, scaler.enabled() ? " with dynamic loss scaling" : "", tf32);
+    env.precision = fmt::format("{}{}; {}", to_string(cfg.dtype),
+                                scaler.enabled() ? " with dynamic loss scaling" : "", tf32);
     env.parallelism = fmt::format("{} over {} ({} B optimizer state on rank 0)", strategy->name(), comm->name(),
                                   strategy->optimizer_state_bytes());
     run_log = std::make_unique<RunLog>(cfg.out_dir, rt.is_root());
@@ -416,7 +417,7 @@ TrainResult Trainer::run_loop() {
     const int64_t at = m.state.iteration;  // the loaded checkpoint's
     result.final_train_loss = m.evaluate("train");
     result.final_val_loss = m.evaluate("val");
-    const std::string what = m.resumed ? m.resumed->path : cfg.init_from;
+    const std::string what = m.resumed ? m.resumed->path : to_string(cfg.init_from);
     log::info("eval of {} (iteration {}): train loss {:.4f}, val loss {:.4f}", what, at, result.final_train_loss,
               result.final_val_loss);
     m.run_log->add_eval(m.eval_entry(at, result.final_train_loss, result.final_val_loss));

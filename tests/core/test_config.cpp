@@ -39,7 +39,7 @@ TEST(Config, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(c.batch_size, 12);
   EXPECT_EQ(c.get("batch_size"), "12");
   EXPECT_EQ(c.get("use_zero1"), "False");
-  EXPECT_EQ(c.attention_backend, "sdpa");
+  EXPECT_EQ(c.attention_backend, llmtrain::AttentionBackend::sdpa);
 }
 
 TEST(Config, EverySeedKeyIsDeclared) {
@@ -81,12 +81,12 @@ TEST(Config, FileThenOverridesInOrder) {
   EXPECT_EQ(cl.config.batch_size, 8);
   EXPECT_DOUBLE_EQ(cl.config.learning_rate, 3e-4);
   EXPECT_EQ(cl.config.out_dir, "out-test");
-  EXPECT_EQ(cl.config.attention_backend, "manual");
+  EXPECT_EQ(cl.config.attention_backend, llmtrain::AttentionBackend::manual);
   EXPECT_TRUE(cl.config.compile);
   EXPECT_EQ(cl.config.max_iters, 200);
   // A key given again later wins (jobs append EXTRA_ARGS after their own flags).
   auto again = parse({f, "--dtype=float32", "--max_iters=5", "--dtype=bfloat16", "--max_iters", "7"});
-  EXPECT_EQ(again.config.dtype, "bfloat16");
+  EXPECT_EQ(again.config.dtype, llmtrain::ComputeDtype::bfloat16);
   EXPECT_EQ(again.config.max_iters, 7);
 }
 

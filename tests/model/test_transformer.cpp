@@ -104,7 +104,7 @@ TEST(ModelConfig, FromConfigResolvesDefaults) {
   c.n_embd = 2048;
   c.n_head = 8;
   EXPECT_EQ(ModelConfig::from_config(c, 100).ffn_hidden, 5632);  // 5461.3 -> 5632
-  c.ffn = "gelu";
+  c.ffn = llmtrain::FfnKind::gelu;
   EXPECT_EQ(ModelConfig::from_config(c, 100).ffn_hidden, 8192);
   c.n_kv_head = 3;  // does not divide 8
   EXPECT_THROW(ModelConfig::from_config(c, 100), llmtrain::ConfigError);
