@@ -225,19 +225,17 @@ LoaderOptions LoaderOptions::from_config(const Config& c) {
   return o;
 }
 
-TokenLoader::TokenLoader(const LoaderOptions& config, const Runtime& rt, const std::string& split,
+TokenLoader::TokenLoader(const LoaderOptions& config, const Runtime& rt, Split split,
                          torch::Device device, uint64_t stream)
     : TokenLoader(config, rt.rank(), rt.world_size(), split, device, stream) {}
 
-TokenLoader::TokenLoader(const LoaderOptions& config, int rank, int world_size, const std::string& split,
+TokenLoader::TokenLoader(const LoaderOptions& config, int rank, int world_size, Split split,
                          torch::Device device, uint64_t stream)
     : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
-  if (split != "train" && split != "val")
-    throw DataError(fmt::format("TokenLoader: unknown split '{}' (expected train or val)", split));
   const data::DataIndex index = data::read_data_index(config.data_dir);
   m.info = index.info;
-  m.split = split;
+  m.split = to_string(split);
   m.device = device;
   m.seed = config.seed;
   m.stream = stream;
@@ -251,11 +249,11 @@ TokenLoader::TokenLoader(const LoaderOptions& config, int rank, int world_size, 
   if (config.vocab_size > 0 && config.vocab_size < m.info.vocab_size)
     throw ConfigError(fmt::format("vocab_size={} is smaller than the vocabulary of the data in '{}' ({} ids)",
                                   config.vocab_size, config.data_dir, m.info.vocab_size));
-  const auto& shards = split == "train" ? index.train : index.val;
+  const auto& shards = split == Split::train ? index.train : index.val;
   if (shards.empty())
     throw DataError(fmt::format("split '{}' of data directory '{}' is empty (0 tokens); prepare it with "
                                 "llmtrain-prepare --val_fraction > 0",
-                                split, config.data_dir));
+                                m.split, config.data_dir));
   int64_t largest = 0, total = 0;
   m.window_prefix.push_back(0);
   for (const auto& sh : shards) {
@@ -269,7 +267,7 @@ TokenLoader::TokenLoader(const LoaderOptions& config, int rank, int world_size, 
     throw DataError(fmt::format("block_size={} is too large for split '{}' of '{}': a window needs {} tokens "
                                 "inside one shard, the largest shard has {} ({} in the split); use a smaller "
                                 "block_size or larger shards (llmtrain-prepare --shard_tokens)",
-                                m.T, split, config.data_dir, m.T + 1, largest, total));
+                                m.T, m.split, config.data_dir, m.T + 1, largest, total));
   m.files.resize(shards.size());
   m.dsets.resize(shards.size());
 

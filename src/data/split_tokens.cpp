@@ -39,16 +39,14 @@ struct SplitTokens::Impl {
   }
 };
 
-SplitTokens::SplitTokens(const std::string& data_dir, const std::string& split) : impl_(std::make_unique<Impl>()) {
-  if (split != "train" && split != "val")
-    throw DataError(fmt::format("SplitTokens: unknown split '{}' (expected train or val)", split));
+SplitTokens::SplitTokens(const std::string& data_dir, Split split) : impl_(std::make_unique<Impl>()) {
   const data::DataIndex index = data::read_data_index(data_dir);
   auto& m = *impl_;
   m.info = index.info;
   m.is_u16 = m.info.token_dtype == "uint16";
-  std::vector<data::ShardEntry> shards = split == "train" ? index.train : index.val;
+  std::vector<data::ShardEntry> shards = split == Split::train ? index.train : index.val;
   if (shards.empty())
-    throw DataError(fmt::format("split '{}' of data directory '{}' is empty (0 tokens)", split, data_dir));
+    throw DataError(fmt::format("split '{}' of data directory '{}' is empty (0 tokens)", to_string(split), data_dir));
   std::sort(shards.begin(), shards.end(),
             [](const data::ShardEntry& a, const data::ShardEntry& b) { return a.file < b.file; });
   m.prefix.push_back(0);

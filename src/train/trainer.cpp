@@ -82,8 +82,9 @@ struct Trainer::Impl {
     // 2. data: the index tells the vocabulary; the loader checks block_size against
     //    the shards before anything large is allocated
     data = read_data_info(cfg.data_dir);
-    train_loader = std::make_unique<TokenLoader>(LoaderOptions::from_config(cfg), rt, "train", device, /*stream=*/0);
-    check_split_at_startup("val");  // now, not at the first evaluation after training work
+    train_loader =
+        std::make_unique<TokenLoader>(LoaderOptions::from_config(cfg), rt, Split::train, device, /*stream=*/0);
+    check_split_at_startup(Split::val);  // now, not at the first evaluation after training work
     // 3. model, initialized identically on every rank from the seed
     mcfg = ModelConfig::from_config(cfg, data.vocab_size);
     if (mcfg.vocab_size < data.vocab_size)
@@ -208,7 +209,7 @@ struct Trainer::Impl {
 
   // A split that cannot give one window of block_size + 1 tokens (empty, or
   // shards too short) fails here with the loader's message.
-  void check_split_at_startup(const std::string& split) {
+  void check_split_at_startup(Split split) {
     LoaderOptions o = LoaderOptions::from_config(cfg);
     o.num_workers = 0;  // checking only
     TokenLoader check(o, rt, split, device, /*stream=*/1);
@@ -245,31 +246,31 @@ struct Trainer::Impl {
   // size and accumulation split of the same global batch. The evaluation stream
   // restarts at position 0 each time, so every evaluation of a run sees the same
   // batches and the numbers are comparable.
-  double evaluate(const std::string& split) {
-    if (split == "val" && cfg.eval_full) return evaluate_full_val();
+  double evaluate(Split split) {
+    if (split == Split::val && cfg.eval_full) return evaluate_full_val();
     torch::NoGradGuard no_grad;
     model->eval();
     TokenLoader loader(LoaderOptions::from_config(cfg), rt, split, device, /*stream=*/1);
     const int64_t n = cfg.eval_iters * cfg.gradient_accumulation_steps;
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
-      rt.watchdog().activity(fmt::format("evaluation of {}: batch {}/{}", split, i + 1, n));
+      rt.watchdog().activity(fmt::format("evaluation of {}: batch {}/{}", to_string(split), i + 1, n));
       Batch b = loader.next();
       AutocastGuard autocast(device, dtype);
       sum += model->loss(b.x, b.y).item<double>();
     }
     model->train();
-    rt.watchdog().activity(fmt::format("evaluation of {}: loss allreduce", split));
+    rt.watchdog().activity(fmt::format("evaluation of {}: loss allreduce", to_string(split)));
     const double mean = mean_over_ranks(sum / static_cast<double>(n));
-    rt.watchdog().activity(fmt::format("after the evaluation of {}: run log, checkpoint", split));
+    rt.watchdog().activity(fmt::format("after the evaluation of {}: run log, checkpoint", to_string(split)));
     return mean;
   }
 
   // eval_full=True: the whole val split in order (eval_full.hpp), printed and
   // run-logged with its token count.
   double evaluate_full_val() {
-    const FullEvalResult r = evaluate_full(*model, cfg.data_dir, "val", cfg.block_size, cfg.batch_size, device, dtype,
-                                           *comm);
+    const FullEvalResult r =
+        evaluate_full(*model, cfg.data_dir, Split::val, cfg.block_size, cfg.batch_size, device, dtype, *comm);
     log::info("eval_full: val loss {:.6f} over {} tokens ({} windows of {})", r.loss, r.tokens, r.windows,
               cfg.block_size);
     full_eval = {{"eval_full", true}, {"val_tokens", r.tokens}, {"val_windows", r.windows}};
@@ -415,8 +416,8 @@ TrainResult Trainer::run_loop() {
   TrainResult result;
   if (cfg.eval_only) {
     const int64_t at = m.state.iteration;  // the loaded checkpoint's
-    result.final_train_loss = m.evaluate("train");
-    result.final_val_loss = m.evaluate("val");
+    result.final_train_loss = m.evaluate(Split::train);
+    result.final_val_loss = m.evaluate(Split::val);
     const std::string what = m.resumed ? m.resumed->path : to_string(cfg.init_from);
     log::info("eval of {} (iteration {}): train loss {:.4f}, val loss {:.4f}", what, at, result.final_train_loss,
               result.final_val_loss);
@@ -470,8 +471,8 @@ TrainResult Trainer::run_loop() {
     if (iter % cfg.log_interval == 0 || last) say(format_iteration_line(it, cfg.max_iters));
     bar.update(iter + 1);
     if ((iter + 1) % cfg.eval_interval == 0 || last) {
-      result.final_train_loss = m.evaluate("train");
-      result.final_val_loss = m.evaluate("val");
+      result.final_train_loss = m.evaluate(Split::train);
+      result.final_val_loss = m.evaluate(Split::val);
       m.run_log->add_eval(m.eval_entry(iter + 1, result.final_train_loss, result.final_val_loss));
       say(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", iter + 1,
                                  result.final_train_loss, result.final_val_loss));
