@@ -70,7 +70,7 @@ struct Trainer::Impl {
   int64_t consecutive_bad_steps = 0;
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
 
-  Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(c) {
+  Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(LrSchedule::from_config(c)) {
     // 0. the watchdog: from here on a rank that stops arriving ends the job
     rt.watchdog().start(WatchdogOptions::from_config(cfg));
     rt.watchdog().activity("start-up");
