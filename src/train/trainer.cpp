@@ -127,7 +127,7 @@ struct Trainer::Impl {
     env.device_names = rt.all_device_names();
     env.device_type = device.is_cuda() ? "cuda" : "cpu";
     env.threads_per_rank = rt.num_threads();
-    env.attention_backend_used = model->attention_backend_used();
+    env.attention_backend_used = to_string(model->attention_backend_used());
     env.attention_kernel = model->attention_kernel_used();
     env.precision = fmt::format("{}{}; {}", to_string(cfg.dtype),
                                 scaler.enabled() ? " with dynamic loss scaling" : "", tf32);

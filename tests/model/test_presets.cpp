@@ -183,7 +183,7 @@ TEST(Attention, FallbackChainOnCpuSaysWhyAndReportsTheKernelUsed) {
   m.attention_backend = AttentionBackend::flash_attn_2;
   Transformer model(m);
   model->plan_attention(torch::kCPU, torch::kFloat);
-  EXPECT_EQ(model->attention_backend_used(), "sdpa");
+  EXPECT_EQ(model->attention_backend_used(), AttentionBackend::sdpa);
   EXPECT_NE(model->attention_kernel_used().find("SDPA"), std::string::npos);
   EXPECT_THROW(llmtrain::option_from_string<llmtrain::AttentionBackend>("flash"), llmtrain::ConfigError);
 }

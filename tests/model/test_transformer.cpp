@@ -280,7 +280,7 @@ TEST(Transformer, CachedTablesAreBuffersNotParameters) {
   ASSERT_TRUE(buffers.contains("rope_cos"));
   ASSERT_TRUE(buffers.contains("rope_sin"));
   EXPECT_EQ(buffers["rope_cos"].sizes(), (std::vector<int64_t>{32, 1, 4}));  // (block_size, 1, D/2)
-  if (model->attention_backend_used() == "manual") {
+  if (model->attention_backend_used() == llmtrain::AttentionBackend::manual) {
     ASSERT_TRUE(buffers.contains("causal_mask"));
     EXPECT_EQ(buffers["causal_mask"].sizes(), (std::vector<int64_t>{32, 32}));
   }
