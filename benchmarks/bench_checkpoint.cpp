@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
       else throw llmtrain::Error("bench-checkpoint: unknown option " + k + " (--dir --layers --width --repeats)");
     }
     if (dir.empty()) throw llmtrain::Error("bench-checkpoint: --dir DIR (a directory on the disk to measure)");
-    rt.setup_device("cpu", 1);
+    rt.setup_device(llmtrain::DeviceKind::cpu, 1);
     llmtrain::ModelConfig mc;  // LLaMA-2-like: RMSNorm, RoPE, SwiGLU, vocabulary 32000
     mc.vocab_size = mc.padded_vocab = 32000;
     mc.block_size = 128;

@@ -86,7 +86,7 @@ void BM_Loader(benchmark::State& state) {
   c.use_dataloader = workers > 0;
   c.dataloader_num_workers = std::max<int64_t>(1, workers);
   c.dataloader_prefetch_factor = 4;
-  TokenLoader loader(llmtrain::LoaderOptions::from_config(c), *g_rt, "train", torch::kCPU);
+  TokenLoader loader(llmtrain::LoaderOptions::from_config(c), *g_rt, llmtrain::Split::train, torch::kCPU);
   const std::string name = workers == 0 ? "loader, no workers" : fmt::format("loader, {} workers", workers);
   timed_rounds(state, name, kBatch * kBlock * kBatchesPerRound, [&] {
     for (int i = 0; i < kBatchesPerRound; ++i) benchmark::DoNotOptimize(loader.next());

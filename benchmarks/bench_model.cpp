@@ -49,9 +49,10 @@ ModelConfig small(const std::string& family, int64_t block_size) {
 
 void run_fwd_bwd(benchmark::State& state, ModelConfig m, int64_t batch) {
   Transformer model(m);
-  if (model->attention_backend_used() != llmtrain::to_string(m.attention_backend)) {
+  if (model->attention_backend_used() != m.attention_backend) {
     state.SkipWithError((std::string("backend ") + llmtrain::to_string(m.attention_backend) +
-                         " is not available here (falls back to " + model->attention_backend_used() + ")")
+                         " is not available here (falls back to " +
+                         llmtrain::to_string(model->attention_backend_used()) + ")")
                             .c_str());
     return;
   }
@@ -80,7 +81,7 @@ void BM_Family(benchmark::State& state, const std::string& family) {
 
 void BM_Backend(benchmark::State& state, const std::string& backend) {
   auto m = small("llama3", 1024);  // long enough for attention to matter
-  m.attention_backend = llmtrain::attention_backend_from_string(backend);
+  m.attention_backend = llmtrain::option_from_string<llmtrain::AttentionBackend>(backend);
   run_fwd_bwd(state, m, 2);
 }
 

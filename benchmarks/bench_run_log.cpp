@@ -15,7 +15,7 @@ nlohmann::json sample_record(int64_t iter) {
   llmtrain::MetricsSetup s;
   s.flops_per_token = 8341291008.0;
   s.num_devices = 8;
-  s.peak = llmtrain::resolve_peak("NVIDIA B200", "bfloat16", 0.0);
+  s.peak = llmtrain::resolve_peak("NVIDIA B200", llmtrain::ComputeDtype::bfloat16, 0.0);
   auto m = llmtrain::compute_iteration_metrics(s, iter, 1.048576, 1048576);
   m.loss = 3.21;
   m.lr = 6e-4;

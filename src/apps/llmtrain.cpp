@@ -7,8 +7,8 @@
 #include "llmtrain/core/config.hpp"   // defines: Config, parse_command_line
 #include "llmtrain/core/log.hpp"      // defines: log::info (rank 0 only)
 #include "llmtrain/distributed/runtime.hpp"  // defines: Runtime, run_main (errors abort every rank)
-#include "llmtrain/model/hf.hpp"      // defines: apply_hf_config (init_from=hf:DIR sets the model keys)
 #include "llmtrain/train/describe.hpp"   // defines: describe_model
+#include "llmtrain/train/hf_init.hpp"    // defines: apply_hf_config (init_from=hf:DIR sets the model keys)
 #include "llmtrain/train/run_log.hpp"   // defines: library_versions, format_versions
 #include "llmtrain/train/trainer.hpp"   // defines: Trainer
 

@@ -25,25 +25,19 @@ namespace {
 struct Check {
   std::function<std::string(double)> number;           // for int/double keys
   std::vector<std::string> choices;                    // for choice keys (shown in --help)
-  std::function<bool(const std::string&)> text;        // replaces exact matching of choices when set
 };
 Check any() { return {}; }
 Check positive() {
-  return {[](double v) { return v > 0 ? "" : std::string("a number > 0"); }, {}, {}};
+  return {[](double v) { return v > 0 ? "" : std::string("a number > 0"); }, {}};
 }
 Check non_negative() {
-  return {[](double v) { return v >= 0 ? "" : std::string("a number >= 0"); }, {}, {}};
+  return {[](double v) { return v >= 0 ? "" : std::string("a number >= 0"); }, {}};
 }
 Check unit_interval() {
-  return {[](double v) { return (v >= 0 && v < 1) ? "" : std::string("a number in [0, 1)"); }, {}, {}};
+  return {[](double v) { return (v >= 0 && v < 1) ? "" : std::string("a number in [0, 1)"); }, {}};
 }
-Check one_of(std::vector<std::string> c) { return {{}, std::move(c), {}}; }
-// init_from: scratch, resume, or hf:<directory of a transformers model>.
-Check init_source() {
-  return {{}, {"scratch", "resume", "hf:<dir>"}, [](const std::string& v) {
-            return v == "scratch" || v == "resume" || (v.rfind("hf:", 0) == 0 && v.size() > 3);
-          }};
-}
+// An option enum of core/options.hpp: the choices are its table's words (make_key).
+Check choice() { return {}; }
 
 // ---- text <-> value ----------------------------------------------------------
 std::string strip(const std::string& s) {
@@ -59,7 +53,8 @@ std::string unquote(const std::string& s) {
   return s;
 }
 
-template <typename T> const char* type_name();
+// Choice keys (option enums, InitFrom) show as "choice".
+template <typename T> const char* type_name() { return "choice"; }
 template <> const char* type_name<int64_t>() { return "integer"; }
 template <> const char* type_name<double>() { return "number"; }
 template <> const char* type_name<bool>() { return "boolean"; }
@@ -99,11 +94,35 @@ bool parse_value(const std::string&, const std::string& text, std::string& out) 
   out = text;
   return true;
 }
+// Choice keys: the text becomes the option's enum here, once (core/options.hpp).
+template <typename E, typename = IsOption<E>>
+bool parse_value(const std::string&, const std::string& text, E& out) {
+  out = option_from_string<E>(text);
+  return true;
+}
+bool parse_value(const std::string&, const std::string& text, InitFrom& out) {
+  out = init_from_from_string(text);
+  return true;
+}
 
 std::string to_text(int64_t v) { return std::to_string(v); }
 std::string to_text(double v) { return fmt::format("{}", v); }
 std::string to_text(bool v) { return v ? "True" : "False"; }
 std::string to_text(const std::string& v) { return v; }
+template <typename E, typename = IsOption<E>> std::string to_text(E v) { return to_string(v); }
+std::string to_text(const InitFrom& v) { return to_string(v); }
+
+// The run log's config block: numbers and booleans as JSON values, choices as their words.
+template <typename T> nlohmann::json to_json_value(const T& v) {
+  if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string>) return nlohmann::json(v);
+  else return nlohmann::json(to_text(v));
+}
+
+template <typename T> std::vector<std::string> choices_of() {
+  if constexpr (std::is_same_v<T, InitFrom>) return option_words<InitSource>();
+  else if constexpr (std::is_enum_v<T>) return option_words<T>();
+  else return {};
+}
 
 double as_number(int64_t v) { return static_cast<double>(v); }
 double as_number(double v) { return v; }
@@ -118,26 +137,27 @@ struct Key {
   std::function<nlohmann::json(const Config&)> json;
 };
 
+const Config& defaults() {
+  static const Config c;
+  return c;
+}
+
 template <typename T>
 Key make_key(const char* section, const char* name, T Config::*field, Check check, const char* help) {
   Key k;
+  check.choices = choices_of<T>();
   k.section = section;
   k.name = name;
   k.type = check.choices.empty() ? type_name<T>() : "choice";
   k.help = help;
-  k.default_text = to_text(Config{}.*field);
+  k.default_text = to_text(defaults().*field);
   k.check = check;
   const std::string key = name;
   k.set = [key, field, check](Config& c, const std::string& raw) {
     const std::string text = unquote(strip(raw));
     T v{};
-    parse_value(key, text, v);
-    if constexpr (std::is_same_v<T, std::string>) {
-      const bool ok = check.text ? check.text(v)
-                                 : std::find(check.choices.begin(), check.choices.end(), v) != check.choices.end();
-      if (!check.choices.empty() && !ok)
-        bad_value(key, text, fmt::format("one of {}", fmt::join(check.choices, ", ")));
-    } else if constexpr (!std::is_same_v<T, bool>) {
+    parse_value(key, text, v);  // a choice key's bad value is refused here, naming key, value and words
+    if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
       if (check.number) {
         const std::string allowed = check.number(as_number(v));
         if (!allowed.empty()) bad_value(key, text, allowed);
@@ -146,7 +166,7 @@ Key make_key(const char* section, const char* name, T Config::*field, Check chec
     c.*field = v;
   };
   k.get = [field](const Config& c) { return to_text(c.*field); };
-  k.json = [field](const Config& c) { return nlohmann::json(c.*field); };
+  k.json = [field](const Config& c) { return to_json_value(c.*field); };
   return k;
 }
 
@@ -253,11 +273,11 @@ void Config::validate() const {
     fail(fmt::format("config key 'n_embd' ({}) must be divisible by 'n_head' ({}) unless 'head_dim' is set",
                      n_embd, n_head));
   const int64_t hd = head_dim == 0 ? n_embd / n_head : head_dim;
-  if (pos_encoding == "rope" && hd % 2 != 0)
+  if (pos_encoding == PosEncoding::rope && hd % 2 != 0)
     fail(fmt::format("RoPE needs an even head dimension, got head_dim {}", hd));
   if (use_zero1 && use_fsdp)
     fail("config keys 'use_zero1' and 'use_fsdp' are exclusive: FSDP already shards the optimizer state");
-  if (eval_only && init_from == "scratch")
+  if (eval_only && init_from.source == InitSource::scratch)
     fail("config key 'eval_only' = True evaluates saved weights: set init_from=resume (the newest checkpoint in "
          "out_dir/checkpoints) or init_from=hf:DIR, not 'scratch'");
 }

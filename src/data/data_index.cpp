@@ -19,8 +19,9 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<ShardEntry> read_split(const json& j, const std::string& split, const std::string& index_path,
+std::vector<ShardEntry> read_split(const json& j, Split which, const std::string& index_path,
                                    int64_t* documents) {
+  const std::string split = to_string(which);  // index.json's key
   std::vector<ShardEntry> out;
   if (!j.contains("splits") || !j["splits"].contains(split)) return out;
   const json& s = j["splits"][split];
@@ -71,8 +72,8 @@ DataIndex read_data_index(const std::string& dir) {
     idx.info.token_dtype = j.at("token_dtype").get<std::string>();
     idx.eos_id = j.value("eos_id", int64_t{-1});
     idx.info.eos_id = idx.eos_id;
-    idx.train = read_split(j, "train", index_path, &idx.train_documents);
-    idx.val = read_split(j, "val", index_path, &idx.val_documents);
+    idx.train = read_split(j, Split::train, index_path, &idx.train_documents);
+    idx.val = read_split(j, Split::val, index_path, &idx.val_documents);
   } catch (const json::exception& e) {
     throw DataError(fmt::format("{}: malformed index ({})", index_path, e.what()));
   }
@@ -84,8 +85,8 @@ DataIndex read_data_index(const std::string& dir) {
                                 info.token_dtype));
 
   // Every shard must agree with the index: one tokenizer, one vocabulary, one dtype.
-  for (const std::string split : {"train", "val"}) {
-    auto& shards = split == "train" ? idx.train : idx.val;
+  for (const Split split : {Split::train, Split::val}) {
+    auto& shards = split == Split::train ? idx.train : idx.val;
     int64_t total = 0;
     for (const auto& sh : shards) {
       const std::string path = (fs::path(dir) / sh.file).string();
@@ -104,13 +105,13 @@ DataIndex read_data_index(const std::string& dir) {
       if (h.num_tokens != sh.tokens)
         throw DataError(fmt::format("shard '{}' holds {} tokens but index.json says {}", path, h.num_tokens,
                                     sh.tokens));
-      if (h.split != split)
+      if (h.split != to_string(split))  // the shard file's attribute, as written by write_split_shards
         throw DataError(fmt::format("shard '{}' belongs to split '{}' but index.json lists it under '{}'", path,
-                                    h.split, split));
+                                    h.split, to_string(split)));
       total += h.num_tokens;
     }
-    (split == "train" ? info.train_tokens : info.val_tokens) = total;
-    (split == "train" ? info.train_shards : info.val_shards) = static_cast<int64_t>(shards.size());
+    (split == Split::train ? info.train_tokens : info.val_tokens) = total;
+    (split == Split::train ? info.train_shards : info.val_shards) = static_cast<int64_t>(shards.size());
   }
   return idx;
 }
@@ -125,8 +126,8 @@ std::string data_index_json(const DataIndex& index, const std::vector<std::strin
   j["token_dtype"] = index.info.token_dtype;
   j["eos_id"] = index.eos_id;
   j["sources"] = sources;
-  for (const std::string split : {"train", "val"}) {
-    const auto& shards = split == "train" ? index.train : index.val;
+  for (const Split split : {Split::train, Split::val}) {
+    const auto& shards = split == Split::train ? index.train : index.val;
     json s;
     int64_t total = 0;
     s["shards"] = json::array();
@@ -135,8 +136,8 @@ std::string data_index_json(const DataIndex& index, const std::vector<std::strin
       total += sh.tokens;
     }
     s["tokens"] = total;
-    s["documents"] = split == "train" ? index.train_documents : index.val_documents;
-    j["splits"][split] = s;
+    s["documents"] = split == Split::train ? index.train_documents : index.val_documents;
+    j["splits"][to_string(split)] = s;
   }
   return j.dump(2) + "\n";
 }

@@ -161,11 +161,11 @@ LoaderOptions LoaderOptions::from_config(const Config& c) {
   return o;
 }
 
-TokenLoader::TokenLoader(const LoaderOptions& config, const Runtime& rt, const std::string& split,
+TokenLoader::TokenLoader(const LoaderOptions& config, const Runtime& rt, Split split,
                          torch::Device device, uint64_t stream)
     : TokenLoader(config, rt.rank(), rt.world_size(), split, device, stream) {}
 
-TokenLoader::TokenLoader(const LoaderOptions& config, int rank, int world_size, const std::string& split,
+TokenLoader::TokenLoader(const LoaderOptions& config, int rank, int world_size, Split split,
                          torch::Device device, uint64_t stream)
     : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
@@ -177,7 +177,7 @@ TokenLoader::TokenLoader(const LoaderOptions& config, int rank, int world_size, 
                                               /*use_mpio=*/m.num_workers == 0 || level >= MPI_THREAD_MULTIPLE);
   const data::ShardSet& shards = *m.shards;
   m.info = shards.info();
-  m.split = split;
+  m.split = to_string(split);
   m.device = device;
   m.seed = config.seed;
   m.stream = stream;
@@ -200,7 +200,7 @@ TokenLoader::TokenLoader(const LoaderOptions& config, int rank, int world_size, 
     throw DataError(fmt::format("block_size={} is too large for split '{}' of '{}': a window needs {} tokens "
                                 "inside one shard, the largest shard has {} ({} in the split); use a smaller "
                                 "block_size or larger shards (llmtrain-prepare --shard_tokens)",
-                                m.T, split, config.data_dir, m.T + 1, largest, shards.total_tokens()));
+                                m.T, m.split, config.data_dir, m.T + 1, largest, shards.total_tokens()));
   if (m.num_workers > 0) m.start_workers();
 }
 

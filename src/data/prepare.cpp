@@ -465,13 +465,13 @@ PrepareResult write_all(MPI_Comm comm, const PrepareOptions& opt, const std::str
   index.train_documents = total[2];
   index.val_documents = total[3];
   const auto train_counts =
-      write_split_shards(comm, dir, "train", tokens.train, offset[0], total[0], opt.shard_tokens, meta);
+      write_split_shards(comm, dir, Split::train, tokens.train, offset[0], total[0], opt.shard_tokens, meta);
   std::vector<T>().swap(tokens.train);
   const auto val_counts =
-      write_split_shards(comm, dir, "val", tokens.val, offset[1], total[1], opt.shard_tokens, meta);
+      write_split_shards(comm, dir, Split::val, tokens.val, offset[1], total[1], opt.shard_tokens, meta);
   for (size_t i = 0; i < train_counts.size(); ++i)
-    index.train.push_back({shard_file_name("train", i), train_counts[i]});
-  for (size_t i = 0; i < val_counts.size(); ++i) index.val.push_back({shard_file_name("val", i), val_counts[i]});
+    index.train.push_back({shard_file_name(Split::train, i), train_counts[i]});
+  for (size_t i = 0; i < val_counts.size(); ++i) index.val.push_back({shard_file_name(Split::val, i), val_counts[i]});
   // index.json last and by rename: it exists only when every shard is complete.
   if (rank == 0) write_file_atomic(fs::path(dir) / "index.json", data_index_json(index, sources));
   PrepareResult r;

@@ -28,8 +28,8 @@ namespace data {
 
 namespace fs = std::filesystem;
 
-std::string shard_file_name(const std::string& split, int64_t index) {
-  return fmt::format("{}_{:05d}.h5", split, index);
+std::string shard_file_name(Split split, int64_t index) {
+  return fmt::format("{}_{:05d}.h5", to_string(split), index);
 }
 
 H5Id open_shard_file(const std::string& path, MPI_Comm comm) {
@@ -105,7 +105,7 @@ ShardHeader read_shard_header(const std::string& path) {
 }
 
 template <typename T>
-std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_dir, const std::string& split,
+std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_dir, Split split,
                                         const std::vector<T>& local, int64_t global_offset,
                                         int64_t global_total, int64_t shard_tokens, const ShardMeta& meta) {
   static_assert(std::is_same_v<T, uint16_t> || std::is_same_v<T, uint32_t>);
@@ -155,7 +155,7 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     h5::write_attr(dset, "shard_index", s);
     h5::write_attr(dset, "tokenizer", meta.tokenizer, h5::StrPad::nullterm);
     h5::write_attr(dset, "tokenizer_hash", meta.tokenizer_hash, h5::StrPad::nullterm);
-    h5::write_attr(dset, "split", split, h5::StrPad::nullterm);
+    h5::write_attr(dset, "split", std::string(to_string(split)), h5::StrPad::nullterm);
 
     // This rank's part of the shard, written independently in pieces of at most
     // 2^28 tokens (MPI-IO counts are int).
@@ -183,10 +183,10 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
   return counts;
 }
 
-template std::vector<int64_t> write_split_shards<uint16_t>(MPI_Comm, const std::string&, const std::string&,
+template std::vector<int64_t> write_split_shards<uint16_t>(MPI_Comm, const std::string&, Split,
                                                            const std::vector<uint16_t>&, int64_t, int64_t,
                                                            int64_t, const ShardMeta&);
-template std::vector<int64_t> write_split_shards<uint32_t>(MPI_Comm, const std::string&, const std::string&,
+template std::vector<int64_t> write_split_shards<uint32_t>(MPI_Comm, const std::string&, Split,
                                                            const std::vector<uint32_t>&, int64_t, int64_t,
                                                            int64_t, const ShardMeta&);
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "llmtrain/core/options.hpp"  // defines: Split
+
 namespace llmtrain::data {
 
 constexpr int64_t kFormatVersion = 1;
@@ -41,8 +43,8 @@ struct ShardMeta {
   std::string dtype;  // "uint16" | "uint32"
 };
 
-// "train_00003.h5"
-std::string shard_file_name(const std::string& split, int64_t index);
+// "train_00003.h5": the split's word (to_string) and the index.
+std::string shard_file_name(Split split, int64_t index);
 
 // Opens a shard read-only through MPI-IO on MPI_COMM_SELF (see loader.cpp for why
 // SELF) and checks its dataset (DataError naming the file otherwise).
@@ -54,7 +56,7 @@ ShardHeader read_shard_header(const std::string& path);
 // (ranks in order). Files are written as "<name>.tmp" and renamed by rank 0 once
 // every shard is complete. Returns the token count of each shard (same on all ranks).
 template <typename T>
-std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_dir, const std::string& split,
+std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_dir, Split split,
                                         const std::vector<T>& local, int64_t global_offset,
                                         int64_t global_total, int64_t shard_tokens, const ShardMeta& meta);
 

@@ -20,18 +20,14 @@ std::pair<size_t, int64_t> locate(const std::vector<int64_t>& prefix, int64_t po
   return {s, pos - prefix[s]};
 }
 
-ShardSet::ShardSet(const std::string& data_dir, const std::string& split, ShardOrder order, bool use_mpio)
-    : use_mpio_(use_mpio) {
-  if (split != "train" && split != "val")
-    throw DataError(fmt::format("unknown split '{}' of data directory '{}' (expected train or val)", split,
-                                data_dir));
+ShardSet::ShardSet(const std::string& data_dir, Split split, ShardOrder order, bool use_mpio) : use_mpio_(use_mpio) {
   const DataIndex index = read_data_index(data_dir);
   info_ = index.info;
-  std::vector<ShardEntry> shards = split == "train" ? index.train : index.val;
+  std::vector<ShardEntry> shards = split == Split::train ? index.train : index.val;
   if (shards.empty())
     throw DataError(fmt::format("split '{}' of data directory '{}' is empty (0 tokens); prepare it with "
                                 "llmtrain-prepare --val_fraction > 0",
-                                split, data_dir));
+                                to_string(split), data_dir));
   if (order == ShardOrder::file_name)
     std::sort(shards.begin(), shards.end(), [](const ShardEntry& a, const ShardEntry& b) { return a.file < b.file; });
   token_prefix_.push_back(0);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/shard_io.hpp"
+#include "llmtrain/core/options.hpp"
 #include "llmtrain/data/loader.hpp"
 
 namespace llmtrain::data {
@@ -26,11 +27,11 @@ std::pair<size_t, int64_t> locate(const std::vector<int64_t>& prefix, int64_t po
 // Reads take hdf5_mutex() (safe from the loader's worker threads).
 class ShardSet {
  public:
-  // split: "train" | "val". DataError naming the directory when the split is
-  // unknown or empty, or the index is bad (read_data_index's checks).
+  // DataError naming the directory when the split is empty, or the index is
+  // bad (read_data_index's checks).
   // use_mpio = false reads through the POSIX (sec2) driver: for threads that
   // must not call MPI (no MPI_THREAD_MULTIPLE).
-  ShardSet(const std::string& data_dir, const std::string& split, ShardOrder order, bool use_mpio = true);
+  ShardSet(const std::string& data_dir, Split split, ShardOrder order, bool use_mpio = true);
   ~ShardSet();
   ShardSet(const ShardSet&) = delete;
   ShardSet& operator=(const ShardSet&) = delete;

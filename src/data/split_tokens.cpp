@@ -9,12 +9,12 @@
 namespace llmtrain {
 
 struct SplitTokens::Impl {
-  Impl(const std::string& data_dir, const std::string& split)
+  Impl(const std::string& data_dir, Split split)
       : shards(data_dir, split, data::ShardOrder::file_name) {}
   data::ShardSet shards;
 };
 
-SplitTokens::SplitTokens(const std::string& data_dir, const std::string& split)
+SplitTokens::SplitTokens(const std::string& data_dir, Split split)
     : impl_(std::make_unique<Impl>(data_dir, split)) {}
 
 SplitTokens::~SplitTokens() = default;

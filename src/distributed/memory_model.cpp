@@ -9,7 +9,7 @@
 
 namespace llmtrain {
 
-std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, const std::string& dtype, int64_t batch_size,
+std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
                                             int64_t world_size, AttentionBackend attention) {
   LLMTRAIN_CHECK(world_size >= 1, "world size must be >= 1, got {}", world_size);
   const double e = dtype_bytes(dtype);
@@ -19,8 +19,8 @@ std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, const std::str
   const double opt_per_param = 8.0 + (e < 4.0 ? 4.0 : 0.0);
   const double act = activation_bytes(m, dtype, batch_size, attention);
 
-  MemoryEstimate ddp{"ddp", P * e, P * e, P * opt_per_param, act};
-  MemoryEstimate zero1{"zero1", P * e, P * e, P * opt_per_param / W, act};
+  MemoryEstimate ddp{StrategyKind::ddp, P * e, P * e, P * opt_per_param, act};
+  MemoryEstimate zero1{StrategyKind::zero1, P * e, P * e, P * opt_per_param / W, act};
   // FSDP units: one per block, the token embedding (+ positions), and the
   // final norm with the LM head (as torchtitan wraps LLaMA).
   // Each rank keeps 1/W of everything, plus the gathered weights of the unit in
@@ -34,7 +34,7 @@ std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, const std::str
     else head_and_final_norm += n;
   }
   const double unit = std::max({blocks / static_cast<double>(m.n_layer), embeddings, head_and_final_norm});
-  MemoryEstimate fsdp{"fsdp", P * e / W + (W > 1 ? 2 * unit * e : 0.0), P * e / W + (W > 1 ? unit * e : 0.0),
+  MemoryEstimate fsdp{StrategyKind::fsdp, P * e / W + (W > 1 ? 2 * unit * e : 0.0), P * e / W + (W > 1 ? unit * e : 0.0),
                       P * opt_per_param / W, act};
   return {ddp, zero1, fsdp};
 }

@@ -127,9 +127,9 @@ std::string cpu_model() {
 }
 }  // namespace
 
-torch::Device Runtime::setup_device(const std::string& want, int64_t num_threads) {
+torch::Device Runtime::setup_device(DeviceKind want, int64_t num_threads) {
   const bool have_cuda = torch::cuda::is_available();
-  if (want == "cuda" && !have_cuda)
+  if (want == DeviceKind::cuda && !have_cuda)
     throw Error(fmt::format("device=cuda was requested on rank {} ({}), but {}", rank_, hostname_,
 #ifdef LLMTRAIN_WITH_CUDA
                             "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the job's --gpus)"
@@ -137,7 +137,7 @@ torch::Device Runtime::setup_device(const std::string& want, int64_t num_threads
                             "this llmtrain was built without CUDA (LLMTRAIN_USE_CUDA=OFF)"
 #endif
                             ));
-  if (want != "cpu" && have_cuda) {
+  if (want != DeviceKind::cpu && have_cuda) {
     const int n = static_cast<int>(torch::cuda::device_count());
     const int idx = local_rank_ % n;
     if (local_size_ > n)

@@ -26,7 +26,7 @@ const char* to_string(StateTensor t) {
 
 StrategyOptions StrategyOptions::from_config(const Config& c) {
   StrategyOptions o;
-  o.kind = c.use_fsdp ? Kind::fsdp : c.use_zero1 ? Kind::zero1 : Kind::ddp;
+  o.kind = c.strategy();
   o.bucket_bytes = c.ddp_bucket_mb * 1024.0 * 1024.0;
   o.fsdp_prefetch = c.fsdp_prefetch;
   o.adamw.beta1 = c.beta1;

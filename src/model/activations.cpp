@@ -6,13 +6,9 @@
 
 namespace llmtrain {
 
-double dtype_bytes(const std::string& dtype) {
-  if (dtype == "float32") return 4.0;
-  if (dtype == "bfloat16" || dtype == "float16") return 2.0;
-  throw ConfigError(fmt::format("dtype = '{}' is not one of float32, bfloat16, float16", dtype));
-}
+double dtype_bytes(ComputeDtype dtype) { return dtype == ComputeDtype::float32 ? 4.0 : 2.0; }
 
-double activation_bytes(const ModelConfig& m, const std::string& dtype, int64_t batch_size,
+double activation_bytes(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
                         AttentionBackend attention) {
   const double e = dtype_bytes(dtype);
   const double C = m.n_embd, H = m.n_head, K = m.n_kv_head, D = m.head_dim, F = m.ffn_hidden;

@@ -8,7 +8,6 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/model/hf.hpp"
@@ -139,9 +138,9 @@ void read_llama_like(const ConfigReader& r, HfModelKeys& out) {
   add(out, "n_embd", text(C), fmt::format("hidden_size = {}", C));
   add(out, "head_dim", text(D), fmt::format("head_dim = {}", D));
   add(out, "ffn_hidden", text(F), fmt::format("intermediate_size = {}", F));
-  add(out, "norm", "rmsnorm", "RMSNorm");
-  add(out, "pos_encoding", "rope", "rotary embeddings");
-  add(out, "ffn", "swiglu", "SwiGLU (silu)");
+  add(out, "norm", to_string(NormKind::rmsnorm), "RMSNorm");
+  add(out, "pos_encoding", to_string(PosEncoding::rope), "rotary embeddings");
+  add(out, "ffn", to_string(FfnKind::swiglu), "SwiGLU (silu)");
   add(out, "qk_norm", text(qwen3), qwen3 ? "Qwen3's q_norm/k_norm" : "no QK-norm");
   add(out, "rope_theta", text(theta), fmt::format("rope_theta = {}", theta));
   add(out, "norm_eps", text(eps), fmt::format("rms_norm_eps = {}", eps));
@@ -180,9 +179,9 @@ void read_gpt2(const ConfigReader& r, HfModelKeys& out) {
   add(out, "n_embd", text(C), fmt::format("n_embd = {}", C));
   add(out, "head_dim", text(C / H), fmt::format("n_embd / n_head = {}", C / H));
   add(out, "ffn_hidden", text(F), fmt::format("n_inner = {}", F));
-  add(out, "norm", "layernorm", "LayerNorm");
-  add(out, "pos_encoding", "learned", "learned positions (wpe)");
-  add(out, "ffn", "gelu", "GELU MLP");
+  add(out, "norm", to_string(NormKind::layernorm), "LayerNorm");
+  add(out, "pos_encoding", to_string(PosEncoding::learned), "learned positions (wpe)");
+  add(out, "ffn", to_string(FfnKind::gelu), "GELU MLP");
   add(out, "qk_norm", "False", "no QK-norm");
   add(out, "norm_eps", text(eps), fmt::format("layer_norm_epsilon = {}", eps));
   add(out, "bias", "True", "biases in every linear layer and LayerNorm");
@@ -238,37 +237,6 @@ HfModelKeys read_hf_config(const std::string& dir) {
   if (out.arch == HfArch::gpt2) read_gpt2(r, out);
   else read_llama_like(r, out);
   return out;
-}
-
-std::string hf_init_dir(const Config& cfg) {
-  const std::string& s = cfg.init_from;
-  return s.rfind("hf:", 0) == 0 ? s.substr(3) : std::string();
-}
-
-void apply_hf_config(Config& cfg, const std::vector<std::string>& command_line_keys) {
-  const std::string dir = hf_init_dir(cfg);
-  if (dir.empty()) return;
-  const HfModelKeys hf = read_hf_config(dir);
-  Config want = cfg;
-  std::vector<std::string> replaced;
-  for (const auto& k : hf.keys) {
-    want.set(k.key, k.value);  // the key's own text form, so that equal values compare equal
-    const std::string ours = cfg.get(k.key), theirs = want.get(k.key);
-    if (ours == theirs) continue;
-    if (std::find(command_line_keys.begin(), command_line_keys.end(), k.key) != command_line_keys.end())
-      throw ConfigError(fmt::format("config key '{}' = {} on the command line contradicts {} ({}, i.e. {} = {}); "
-                                    "drop the key or make them agree",
-                                    k.key, ours, hf.config_path, k.source, k.key, theirs));
-    replaced.push_back(fmt::format("{} {} -> {}", k.key, ours, theirs));
-  }
-  cfg = want;
-  if (!replaced.empty())
-    log::info("init_from=hf:{}: config.json ({}) sets the model keys: {}", dir, to_string(hf.arch),
-              fmt::join(replaced, ", "));
-  if (cfg.block_size > hf.max_positions)
-    throw ConfigError(fmt::format("config key 'block_size' = {} exceeds the {} positions of {} "
-                                  "(max_position_embeddings / n_positions); use block_size <= {}",
-                                  cfg.block_size, hf.max_positions, hf.config_path, hf.max_positions));
 }
 
 HfArch hf_arch_for(const ModelConfig& m) {

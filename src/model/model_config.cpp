@@ -8,51 +8,6 @@
 
 namespace llmtrain {
 
-// ---- the options' words --------------------------------------------------------------
-
-const char* to_string(NormKind k) { return k == NormKind::rmsnorm ? "rmsnorm" : "layernorm"; }
-const char* to_string(FfnKind k) { return k == FfnKind::swiglu ? "swiglu" : "gelu"; }
-const char* to_string(PosEncoding k) { return k == PosEncoding::rope ? "rope" : "learned"; }
-const char* to_string(AttentionBackend k) {
-  switch (k) {
-    case AttentionBackend::flash_attn_3: return "flash_attn_3";
-    case AttentionBackend::flash_attn_2: return "flash_attn_2";
-    case AttentionBackend::sdpa: return "sdpa";
-    case AttentionBackend::manual: return "manual";
-  }
-  return "?";
-}
-
-namespace {
-template <typename E, size_t N>
-E from_words(const char* key, const std::string& s, const E (&all)[N]) {
-  std::string allowed;
-  for (const E e : all) {
-    if (s == to_string(e)) return e;
-    allowed += (allowed.empty() ? "" : ", ") + std::string(to_string(e));
-  }
-  throw ConfigError(fmt::format("config key '{}': invalid value '{}': expected one of {}", key, s, allowed));
-}
-}  // namespace
-
-NormKind norm_kind_from_string(const std::string& s) {
-  static const NormKind all[] = {NormKind::rmsnorm, NormKind::layernorm};
-  return from_words("norm", s, all);
-}
-FfnKind ffn_kind_from_string(const std::string& s) {
-  static const FfnKind all[] = {FfnKind::swiglu, FfnKind::gelu};
-  return from_words("ffn", s, all);
-}
-PosEncoding pos_encoding_from_string(const std::string& s) {
-  static const PosEncoding all[] = {PosEncoding::rope, PosEncoding::learned};
-  return from_words("pos_encoding", s, all);
-}
-AttentionBackend attention_backend_from_string(const std::string& s) {
-  static const AttentionBackend all[] = {AttentionBackend::flash_attn_3, AttentionBackend::flash_attn_2,
-                                         AttentionBackend::sdpa, AttentionBackend::manual};
-  return from_words("attention_backend", s, all);
-}
-
 // ---- ModelConfig ---------------------------------------------------------------------
 
 namespace {
@@ -84,9 +39,9 @@ ModelConfig ModelConfig::from_config(const Config& c, int64_t data_vocab_size) {
           c.n_embd, c.n_head));
     m.head_dim = c.n_embd / c.n_head;
   }
-  m.norm = norm_kind_from_string(c.norm);
-  m.pos_encoding = pos_encoding_from_string(c.pos_encoding);
-  m.ffn = ffn_kind_from_string(c.ffn);
+  m.norm = c.norm;
+  m.pos_encoding = c.pos_encoding;
+  m.ffn = c.ffn;
   if (c.ffn_hidden > 0)
     m.ffn_hidden = c.ffn_hidden;
   else if (m.ffn == FfnKind::gelu)
@@ -95,7 +50,7 @@ ModelConfig ModelConfig::from_config(const Config& c, int64_t data_vocab_size) {
     m.ffn_hidden = round_up((8 * c.n_embd + 2) / 3, 256);  // ceil(8/3 d), then up to 256
   if (m.pos_encoding == PosEncoding::rope && m.head_dim % 2 != 0)
     throw ConfigError(fmt::format("pos_encoding = rope needs an even head_dim, got head_dim = {}", m.head_dim));
-  m.attention_backend = attention_backend_from_string(c.attention_backend);
+  m.attention_backend = c.attention_backend;
   m.qk_norm = c.qk_norm;
   m.bias = c.bias;
   m.tie_embeddings = c.tie_embeddings;

@@ -183,7 +183,7 @@ void TransformerImpl::plan_attention(torch::Device device, torch::ScalarType dty
   *parts_->attention_plan = std::move(plan);
 }
 
-std::string TransformerImpl::attention_backend_used() const { return to_string(parts_->attention_plan->backend); }
+AttentionBackend TransformerImpl::attention_backend_used() const { return parts_->attention_plan->backend; }
 std::string TransformerImpl::attention_kernel_used() const { return parts_->attention_plan->label(); }
 
 void TransformerImpl::set_forward_hooks(std::shared_ptr<ForwardHooks> hooks) { parts_->hooks = std::move(hooks); }

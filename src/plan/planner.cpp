@@ -258,9 +258,9 @@ void plan_apply_memory(std::vector<Candidate>& candidates, int gpus) {
   LLMTRAIN_CHECK(gpus >= 1, "--gpus must be >= 1, got {}", gpus);
   for (auto& c : candidates) {
     const ModelConfig m = model_of(c.config);
-    const std::string strategy = c.config.use_fsdp ? "fsdp" : c.config.use_zero1 ? "zero1" : "ddp";
+    const StrategyKind strategy = c.config.strategy();
     for (const auto& est : estimate_memory(m, c.config.dtype, c.config.batch_size, gpus, m.attention_backend))
-      if (est.strategy == strategy) c.memory_strategy = strategy, c.memory_per_gpu = est.total();
+      if (est.strategy == strategy) c.memory_strategy = to_string(strategy), c.memory_per_gpu = est.total();
   }
 }
 

@@ -44,12 +44,12 @@ std::string describe_model(const Config& c, int64_t world_size) {
                    m.flops_per_token() / 1e9, grouped(m.num_matmul_params()), m.block_size);
   s += fmt::format("             {:.4g} GFLOP  (6 * all parameters, the seeds' convention)\n",
                    m.flops_per_token_6n() / 1e9);
-  s += fmt::format("memory per GPU, GiB: dtype {}, batch_size {} x block_size {}, world size {}\n", c.dtype,
+  s += fmt::format("memory per GPU, GiB: dtype {}, batch_size {} x block_size {}, world size {}\n", to_string(c.dtype),
                    c.batch_size, c.block_size, world_size);
   s += fmt::format("  {:<9}{:>10}{:>10}{:>11}{:>13}{:>10}\n", "strategy", "weights", "grads", "optimizer",
                    "activations", "total");
   for (const auto& est : estimate_memory(m, c.dtype, c.batch_size, world_size, m.attention_backend))
-    s += fmt::format("  {:<9}{:>10.2f}{:>10.2f}{:>11.2f}{:>13.2f}{:>10.2f}\n", est.strategy, gib(est.weights),
+    s += fmt::format("  {:<9}{:>10.2f}{:>10.2f}{:>11.2f}{:>13.2f}{:>10.2f}\n", to_string(est.strategy), gib(est.weights),
                      gib(est.gradients), gib(est.optimizer), gib(est.activations), gib(est.total()));
   s += "  (weights/grads in the compute dtype; AdamW: 2 fp32 moments + fp32 master weights for 16-bit;\n"
        "   activations: saved tensors without checkpointing; fsdp adds 2 gathered units + 1 unit of grads)";

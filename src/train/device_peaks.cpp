@@ -12,17 +12,18 @@ namespace {
 // run on the same tensor cores at the same rate. float32 is the non-tensor-core
 // FP32 rate: LibTorch leaves TF32 matmuls off by default, so fp32 runs there.
 // Where we do not know a figure the entry is absent and MFU is "unknown".
+constexpr ComputeDtype bf16 = ComputeDtype::bfloat16, fp16 = ComputeDtype::float16, fp32 = ComputeDtype::float32;
 const std::vector<DevicePeakEntry> kTable = {
-    {"A100", "bfloat16", 312.0},     {"A100", "float16", 312.0},     {"A100", "float32", 19.5},
-    {"H100 SXM", "bfloat16", 989.0}, {"H100 SXM", "float16", 989.0}, {"H100 SXM", "float32", 67.0},
-    {"H100 PCIe", "bfloat16", 756.0}, {"H100 PCIe", "float16", 756.0}, {"H100 PCIe", "float32", 51.0},
-    {"H100 NVL", "bfloat16", 835.0}, {"H100 NVL", "float16", 835.0}, {"H100 NVL", "float32", 60.0},
-    {"GH200", "bfloat16", 989.0},    {"GH200", "float16", 989.0},    {"GH200", "float32", 67.0},
-    {"H200", "bfloat16", 989.0},     {"H200", "float16", 989.0},     {"H200", "float32", 67.0},
-    {"H200 NVL", "bfloat16", 835.0}, {"H200 NVL", "float16", 835.0}, {"H200 NVL", "float32", 60.0},
-    {"B200", "bfloat16", 2250.0},    {"B200", "float16", 2250.0},
-    {"GB200", "bfloat16", 2500.0},   {"GB200", "float16", 2500.0},
-    {"RTX A6000", "bfloat16", 154.8}, {"RTX A6000", "float16", 154.8}, {"RTX A6000", "float32", 38.7},
+    {"A100", bf16, 312.0},     {"A100", fp16, 312.0},     {"A100", fp32, 19.5},
+    {"H100 SXM", bf16, 989.0}, {"H100 SXM", fp16, 989.0}, {"H100 SXM", fp32, 67.0},
+    {"H100 PCIe", bf16, 756.0}, {"H100 PCIe", fp16, 756.0}, {"H100 PCIe", fp32, 51.0},
+    {"H100 NVL", bf16, 835.0}, {"H100 NVL", fp16, 835.0}, {"H100 NVL", fp32, 60.0},
+    {"GH200", bf16, 989.0},    {"GH200", fp16, 989.0},    {"GH200", fp32, 67.0},
+    {"H200", bf16, 989.0},     {"H200", fp16, 989.0},     {"H200", fp32, 67.0},
+    {"H200 NVL", bf16, 835.0}, {"H200 NVL", fp16, 835.0}, {"H200 NVL", fp32, 60.0},
+    {"B200", bf16, 2250.0},    {"B200", fp16, 2250.0},
+    {"GB200", bf16, 2500.0},   {"GB200", fp16, 2500.0},
+    {"RTX A6000", bf16, 154.8}, {"RTX A6000", fp16, 154.8}, {"RTX A6000", fp32, 38.7},
 };
 
 // CUDA device-name fragments -> table model, most specific first (GB200 before
@@ -53,7 +54,7 @@ std::string device_peak_model(const std::string& device_name) {
   return "";
 }
 
-std::optional<double> device_peak_tflops(const std::string& device_name, const std::string& dtype) {
+std::optional<double> device_peak_tflops(const std::string& device_name, ComputeDtype dtype) {
   const std::string model = device_peak_model(device_name);
   if (model.empty()) return std::nullopt;
   for (const auto& e : kTable)
@@ -61,7 +62,7 @@ std::optional<double> device_peak_tflops(const std::string& device_name, const s
   return std::nullopt;
 }
 
-PeakInfo resolve_peak(const std::string& device_name, const std::string& dtype, double override_tflops) {
+PeakInfo resolve_peak(const std::string& device_name, ComputeDtype dtype, double override_tflops) {
   PeakInfo p;
   if (override_tflops > 0.0) {
     p.tflops_per_device = override_tflops;
@@ -71,9 +72,9 @@ PeakInfo resolve_peak(const std::string& device_name, const std::string& dtype, 
   const std::string model = device_peak_model(device_name);
   p.tflops_per_device = device_peak_tflops(device_name, dtype);
   if (p.tflops_per_device) {
-    p.source = fmt::format("table ({}, {}, dense)", model, dtype);
+    p.source = fmt::format("table ({}, {}, dense)", model, to_string(dtype));
   } else if (!model.empty()) {
-    p.source = fmt::format("unknown: no {} peak for {} in the table (set peak_tflops)", dtype, model);
+    p.source = fmt::format("unknown: no {} peak for {} in the table (set peak_tflops)", to_string(dtype), model);
   } else {
     p.source = fmt::format("unknown: device '{}' is not in the table (set peak_tflops)", device_name);
   }

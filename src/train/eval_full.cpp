@@ -11,15 +11,15 @@
 
 namespace llmtrain {
 
-FullEvalResult evaluate_full(TransformerImpl& model, const std::string& data_dir, const std::string& split,
+FullEvalResult evaluate_full(TransformerImpl& model, const std::string& data_dir, Split split,
                              int64_t block_size, int64_t batch_size, torch::Device device, torch::ScalarType dtype,
                              Collectives& comm) {
   SplitTokens stream(data_dir, split);
   const int64_t T = block_size, B = batch_size;
   const int64_t W = stream.size() > 0 ? (stream.size() - 1) / T : 0;  // window k needs tokens up to kT + T
   if (W == 0)
-    throw DataError(fmt::format("eval_full: split '{}' of '{}' has {} tokens, fewer than block_size + 1 = {}", split,
-                                data_dir, stream.size(), T + 1));
+    throw DataError(fmt::format("eval_full: split '{}' of '{}' has {} tokens, fewer than block_size + 1 = {}",
+                                to_string(split), data_dir, stream.size(), T + 1));
   const int64_t batches = (W + B - 1) / B;
   const int rank = comm.rank(), world = comm.world_size();
   // FSDP gathers parameters inside forward: every rank must run as many forwards.

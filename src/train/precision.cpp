@@ -10,13 +10,14 @@
 
 namespace llmtrain {
 
-torch::ScalarType compute_dtype(const std::string& dtype, torch::Device device) {
+torch::ScalarType compute_dtype(ComputeDtype dtype, torch::Device device) {
   (void)device;  // every dtype has an autocast on CPU and CUDA in LibTorch 2.x
-  if (dtype == "float32") return torch::kFloat;
-  if (dtype == "bfloat16") return torch::kBFloat16;
-  if (dtype == "float16") return torch::kHalf;
-  throw ConfigError(fmt::format("config key 'dtype': invalid value '{}': expected float32, bfloat16 or float16",
-                                dtype));
+  switch (dtype) {
+    case ComputeDtype::float32: return torch::kFloat;
+    case ComputeDtype::bfloat16: return torch::kBFloat16;
+    case ComputeDtype::float16: return torch::kHalf;
+  }
+  throw Error(fmt::format("compute_dtype: no dtype {}", static_cast<int>(dtype)));
 }
 
 AutocastGuard::AutocastGuard(torch::Device device, torch::ScalarType dtype) {

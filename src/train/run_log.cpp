@@ -54,12 +54,12 @@ std::string mpi_library_version() {
 
 // "flash_attn_2+bfloat16+compile+dataloader": the label users' tables use.
 std::string config_label(const Config& c, const std::string& backend_used) {
-  std::string s = (backend_used.empty() ? c.attention_backend : backend_used) + "+" + c.dtype;
+  std::string s = (backend_used.empty() ? std::string(to_string(c.attention_backend)) : backend_used) + "+" +
+                  to_string(c.dtype);
   if (c.compile) s += "+compile";
   if (c.use_dataloader) s += "+dataloader";
   if (c.use_cuda_graphs) s += "+cuda_graphs";
-  if (c.use_zero1) s += "+zero1";
-  if (c.use_fsdp) s += "+fsdp";
+  if (c.strategy() != StrategyKind::ddp) s += std::string("+") + to_string(c.strategy());
   return s;
 }
 
@@ -214,8 +214,8 @@ std::string format_startup_block(const Config& config, const ModelConfig& model,
                    env.world_size, env.hostname, env.threads_per_rank);
   s += fmt::format("devices      : {}\n", devices);
   s += fmt::format("versions     : {}\n", format_versions(v));
-  s += fmt::format("precision    : {}{}\n", env.precision.empty() ? config.dtype : env.precision,
-                   config.dtype == "float32" ? "" : " (autocast, fp32 master weights)");
+  s += fmt::format("precision    : {}{}\n", env.precision.empty() ? to_string(config.dtype) : env.precision,
+                   config.dtype == ComputeDtype::float32 ? "" : " (autocast, fp32 master weights)");
   s += fmt::format("parallelism  : {}; batch {} x accum {} (per rank) x {} ranks x {} tokens = {} tokens/iter\n",
                    env.parallelism.empty() ? "data parallel" : env.parallelism, config.batch_size,
                    config.gradient_accumulation_steps, env.world_size, config.block_size, tpi);
@@ -223,7 +223,7 @@ std::string format_startup_block(const Config& config, const ModelConfig& model,
                    model.arch_string(), human_count(static_cast<double>(model.num_params())),
                    human_count(static_cast<double>(model.num_matmul_params())), model.vocab_size, model.padded_vocab,
                    !env.attention_kernel.empty() ? env.attention_kernel
-                   : env.attention_backend_used.empty() ? config.attention_backend
+                   : env.attention_backend_used.empty() ? to_string(config.attention_backend)
                                                         : env.attention_backend_used);
   s += fmt::format("FLOPs/token  : {:.4g} = 6N + 12LHQT (PaLM App. B, N = matmul params; 6 x all params = {:.4g})\n",
                    metrics.flops_per_token, metrics.flops_per_token_6n);

@@ -6,12 +6,15 @@
 
 namespace llmtrain {
 
-LrSchedule::LrSchedule(const Config& c)
-    : learning_rate(c.learning_rate),
-      min_lr(c.min_lr),
-      warmup_iters(c.warmup_iters),
-      lr_decay_iters(c.lr_decay_iters),
-      decay(c.decay_lr) {}
+LrSchedule LrSchedule::from_config(const Config& c) {
+  LrSchedule s;
+  s.learning_rate = c.learning_rate;
+  s.min_lr = c.min_lr;
+  s.warmup_iters = c.warmup_iters;
+  s.lr_decay_iters = c.lr_decay_iters;
+  s.decay = c.decay_lr;
+  return s;
+}
 
 double LrSchedule::at(int64_t iter) const {
   if (!decay) return learning_rate;

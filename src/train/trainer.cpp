@@ -89,7 +89,7 @@ struct Trainer::Impl {
   int64_t consecutive_bad_steps = 0;
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
 
-  Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(c) {
+  Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(LrSchedule::from_config(c)) {
     // 0. the watchdog: from here on a rank that stops arriving ends the job
     rt.watchdog().start(WatchdogOptions::from_config(cfg));
     rt.watchdog().activity("start-up");
@@ -101,8 +101,9 @@ struct Trainer::Impl {
     // 2. data: the index tells the vocabulary; the loader checks block_size against
     //    the shards before anything large is allocated
     data = read_data_info(cfg.data_dir);
-    train_loader = std::make_unique<TokenLoader>(LoaderOptions::from_config(cfg), rt, "train", device, /*stream=*/0);
-    check_split_at_startup("val");  // now, not at the first evaluation after training work
+    train_loader =
+        std::make_unique<TokenLoader>(LoaderOptions::from_config(cfg), rt, Split::train, device, /*stream=*/0);
+    check_split_at_startup(Split::val);  // now, not at the first evaluation after training work
     // 3. model, initialized identically on every rank from the seed
     mcfg = ModelConfig::from_config(cfg, data.vocab_size);
     if (mcfg.vocab_size < data.vocab_size)
@@ -112,7 +113,7 @@ struct Trainer::Impl {
     torch::manual_seed(cfg.seed);
     model = Transformer(mcfg);
     model->init_weights(static_cast<uint64_t>(cfg.seed));
-    if (const std::string hf = hf_init_dir(cfg); !hf.empty()) load_hf_checkpoint(*model, hf);  // init_from=hf:DIR
+    if (cfg.init_from.source == InitSource::hf) load_hf_checkpoint(*model, cfg.init_from.hf_dir);
     model->to(device);
     model->plan_attention(device, dtype);
     // 4. parallelism, applied from outside the model
@@ -123,7 +124,7 @@ struct Trainer::Impl {
     //    schedule settings, RNG); resume restores them all
     state.best_val_loss = std::numeric_limits<double>::infinity();
     register_checkpoint_parts();
-    if (cfg.init_from == "resume") resume();
+    if (cfg.init_from.source == InitSource::resume) resume();
     // 6. metrics and the run log (rank 0 writes)
     MetricsSetup setup;
     setup.flops_per_token = mcfg.flops_per_token();
@@ -141,9 +142,10 @@ struct Trainer::Impl {
     env.device_names = rt.all_device_names();
     env.device_type = device.is_cuda() ? "cuda" : "cpu";
     env.threads_per_rank = rt.num_threads();
-    env.attention_backend_used = model->attention_backend_used();
+    env.attention_backend_used = to_string(model->attention_backend_used());
     env.attention_kernel = model->attention_kernel_used();
-    env.precision = fmt::format("{}{}; {}", cfg.dtype, scaler.enabled() ? " with dynamic loss scaling" : "", tf32);
+    env.precision = fmt::format("{}{}; {}", to_string(cfg.dtype),
+                                scaler.enabled() ? " with dynamic loss scaling" : "", tf32);
     env.parallelism = fmt::format("{} over {} ({} B optimizer state on rank 0)", strategy->name(), comm->name(),
                                   strategy->optimizer_state_bytes());
     run_log = std::make_unique<RunLog>(cfg.out_dir, rt.is_root());
@@ -212,7 +214,7 @@ struct Trainer::Impl {
 
   // A split that cannot give one window of block_size + 1 tokens (empty, or
   // shards too short) fails here with the loader's message.
-  void check_split_at_startup(const std::string& split) {
+  void check_split_at_startup(Split split) {
     LoaderOptions o = LoaderOptions::from_config(cfg);
     o.num_workers = 0;  // checking only
     TokenLoader check(o, rt, split, device, /*stream=*/1);
@@ -249,31 +251,31 @@ struct Trainer::Impl {
   // size and accumulation split of the same global batch. The evaluation stream
   // restarts at position 0 each time, so every evaluation of a run sees the same
   // batches and the numbers are comparable.
-  double evaluate(const std::string& split) {
-    if (split == "val" && cfg.eval_full) return evaluate_full_val();
+  double evaluate(Split split) {
+    if (split == Split::val && cfg.eval_full) return evaluate_full_val();
     torch::NoGradGuard no_grad;
     model->eval();
     TokenLoader loader(LoaderOptions::from_config(cfg), rt, split, device, /*stream=*/1);
     const int64_t n = cfg.eval_iters * cfg.gradient_accumulation_steps;
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
-      rt.watchdog().activity(fmt::format("evaluation of {}: batch {}/{}", split, i + 1, n));
+      rt.watchdog().activity(fmt::format("evaluation of {}: batch {}/{}", to_string(split), i + 1, n));
       Batch b = loader.next();
       AutocastGuard autocast(device, dtype);
       sum += model->loss(b.x, b.y).item<double>();
     }
     model->train();
-    rt.watchdog().activity(fmt::format("evaluation of {}: loss allreduce", split));
+    rt.watchdog().activity(fmt::format("evaluation of {}: loss allreduce", to_string(split)));
     const double mean = mean_over_ranks(sum / static_cast<double>(n));
-    rt.watchdog().activity(fmt::format("after the evaluation of {}: run log, checkpoint", split));
+    rt.watchdog().activity(fmt::format("after the evaluation of {}: run log, checkpoint", to_string(split)));
     return mean;
   }
 
   // eval_full=True: the whole val split in order (eval_full.hpp), printed and
   // run-logged with its token count.
   double evaluate_full_val() {
-    const FullEvalResult r = evaluate_full(*model, cfg.data_dir, "val", cfg.block_size, cfg.batch_size, device, dtype,
-                                           *comm);
+    const FullEvalResult r =
+        evaluate_full(*model, cfg.data_dir, Split::val, cfg.block_size, cfg.batch_size, device, dtype, *comm);
     log::info("eval_full: val loss {:.6f} over {} tokens ({} windows of {})", r.loss, r.tokens, r.windows,
               cfg.block_size);
     full_eval = {{"eval_full", true}, {"val_tokens", r.tokens}, {"val_windows", r.windows}};
@@ -413,9 +415,9 @@ struct Trainer::Impl {
   TrainResult evaluate_only() {
     TrainResult result;
     const int64_t at = state.iteration;  // the loaded checkpoint's
-    result.final_train_loss = evaluate("train");
-    result.final_val_loss = evaluate("val");
-    const std::string what = resumed ? resumed->path : cfg.init_from;
+    result.final_train_loss = evaluate(Split::train);
+    result.final_val_loss = evaluate(Split::val);
+    const std::string what = resumed ? resumed->path : to_string(cfg.init_from);
     log::info("eval of {} (iteration {}): train loss {:.4f}, val loss {:.4f}", what, at, result.final_train_loss,
               result.final_val_loss);
     run_log->add_eval(eval_entry(at, result.final_train_loss, result.final_val_loss));
@@ -463,8 +465,8 @@ struct Trainer::Impl {
   // Train and val loss after state.iteration iterations; as the seeds: save
   // when val improves, or at every evaluation if asked.
   void evaluate_and_checkpoint(TrainResult& result, Console& console) {
-    result.final_train_loss = evaluate("train");
-    result.final_val_loss = evaluate("val");
+    result.final_train_loss = evaluate(Split::train);
+    result.final_val_loss = evaluate(Split::val);
     run_log->add_eval(eval_entry(state.iteration, result.final_train_loss, result.final_val_loss));
     console.say(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", state.iteration,
                             result.final_train_loss, result.final_val_loss));

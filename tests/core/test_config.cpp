@@ -39,7 +39,7 @@ TEST(Config, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(c.batch_size, 12);
   EXPECT_EQ(c.get("batch_size"), "12");
   EXPECT_EQ(c.get("use_zero1"), "False");
-  EXPECT_EQ(c.attention_backend, "sdpa");
+  EXPECT_EQ(c.attention_backend, llmtrain::AttentionBackend::sdpa);
 }
 
 TEST(Config, EverySeedKeyIsDeclared) {
@@ -81,12 +81,12 @@ TEST(Config, FileThenOverridesInOrder) {
   EXPECT_EQ(cl.config.batch_size, 8);
   EXPECT_DOUBLE_EQ(cl.config.learning_rate, 3e-4);
   EXPECT_EQ(cl.config.out_dir, "out-test");
-  EXPECT_EQ(cl.config.attention_backend, "manual");
+  EXPECT_EQ(cl.config.attention_backend, llmtrain::AttentionBackend::manual);
   EXPECT_TRUE(cl.config.compile);
   EXPECT_EQ(cl.config.max_iters, 200);
   // A key given again later wins (jobs append EXTRA_ARGS after their own flags).
   auto again = parse({f, "--dtype=float32", "--max_iters=5", "--dtype=bfloat16", "--max_iters", "7"});
-  EXPECT_EQ(again.config.dtype, "bfloat16");
+  EXPECT_EQ(again.config.dtype, llmtrain::ComputeDtype::bfloat16);
   EXPECT_EQ(again.config.max_iters, 7);
 }
 
@@ -125,6 +125,50 @@ TEST(Config, BadValuesNameKeyValueAndWhatIsAllowed) {
 
   const std::string e7 = error_of([] { parse({"--beta2=1.5"}); });
   EXPECT_NE(e7.find("[0, 1)"), std::string::npos) << e7;
+}
+
+// Choice keys are enums (core/options.hpp): text becomes the enum in the parser,
+// and the words come back for get(), the run log's config block and messages.
+TEST(Config, ChoiceKeysAreEnumsShownByTheirWords) {
+  using llmtrain::ComputeDtype;
+  using llmtrain::DeviceKind;
+  using llmtrain::InitSource;
+  using llmtrain::StrategyKind;
+  Config c;
+  EXPECT_EQ(c.dtype, ComputeDtype::float32);
+  EXPECT_EQ(c.device, DeviceKind::automatic);
+  EXPECT_EQ(c.get("device"), "auto");
+  EXPECT_EQ(c.init_from.source, InitSource::scratch);
+  c.set("dtype", "'bfloat16'");
+  EXPECT_EQ(c.dtype, ComputeDtype::bfloat16);
+  EXPECT_EQ(c.get("dtype"), "bfloat16");
+  EXPECT_EQ(c.to_json()["dtype"], "bfloat16");
+  c.set("init_from", "hf:/models/llama");
+  EXPECT_EQ(c.init_from.source, InitSource::hf);
+  EXPECT_EQ(c.init_from.hf_dir, "/models/llama");
+  EXPECT_EQ(c.get("init_from"), "hf:/models/llama");
+  EXPECT_EQ(c.to_json()["init_from"], "hf:/models/llama");
+  c.set("init_from", "resume");
+  EXPECT_EQ(c.init_from, llmtrain::InitFrom{InitSource::resume});
+  for (const char* bad : {"hf:", "Resume", "hf"}) {
+    const std::string e = error_of([&] { c.set("init_from", bad); });
+    EXPECT_NE(e.find("config key 'init_from': invalid value '" + std::string(bad) +
+                     "': expected one of scratch, resume, hf:<dir>"),
+              std::string::npos)
+        << e;
+  }
+  EXPECT_NE(error_of([&] { c.set("device", "gpu"); }).find("'gpu'"), std::string::npos);
+  // use_zero1 / use_fsdp select one strategy; both together are refused.
+  Config s;
+  EXPECT_EQ(s.strategy(), StrategyKind::ddp);
+  s.use_zero1 = true;
+  EXPECT_EQ(s.strategy(), StrategyKind::zero1);
+  s.use_fsdp = true;
+  EXPECT_NE(error_of([&] { s.validate(); }).find("exclusive"), std::string::npos);
+  s.use_zero1 = false;
+  EXPECT_EQ(s.strategy(), StrategyKind::fsdp);
+  EXPECT_STREQ(llmtrain::to_string(s.strategy()), "fsdp");
+  EXPECT_STREQ(llmtrain::to_string(llmtrain::Split::val), "val");
 }
 
 TEST(Config, CrossKeyValidation) {

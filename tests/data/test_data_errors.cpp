@@ -15,6 +15,8 @@
 #include "llmtrain/tokenizer/tokenizer.hpp"
 #include "test_util.hpp"
 
+using llmtrain::Split;
+
 namespace fs = std::filesystem;
 using namespace llmtrain;
 using namespace llmtrain::testing;
@@ -116,7 +118,7 @@ TEST(DataErrors, BlockSizeLargerThanData) {
   const auto d = good_copy("err_block");
   Config c = config_for(d);
   c.block_size = 6000;  // shards hold at most 6000 tokens; a window needs 6001
-  expect_error([&] { TokenLoader l(llmtrain::LoaderOptions::from_config(c), runtime(), "train", torch::kCPU); },
+  expect_error([&] { TokenLoader l(llmtrain::LoaderOptions::from_config(c), runtime(), Split::train, torch::kCPU); },
                {"block_size=6000", "split 'train'", "6001"});
 }
 
@@ -127,7 +129,7 @@ TEST(DataErrors, EmptySplit) {
   o.out_dir = (dir / "out").string();
   o.val_fraction = 0.0;
   prepare_world(o);
-  expect_error([&] { TokenLoader l(llmtrain::LoaderOptions::from_config(config_for(o.out_dir)), runtime(), "val", torch::kCPU); },
+  expect_error([&] { TokenLoader l(llmtrain::LoaderOptions::from_config(config_for(o.out_dir)), runtime(), Split::val, torch::kCPU); },
                {"split 'val'", "is empty"});
 }
 
@@ -142,7 +144,7 @@ TEST(DataErrors, TokenIdAtLeastVocabAtLoadTime) {
   c.batch_size = 16;
   expect_error(
       [&] {
-        TokenLoader l(llmtrain::LoaderOptions::from_config(c), 0, 1, "train", torch::kCPU);
+        TokenLoader l(llmtrain::LoaderOptions::from_config(c), 0, 1, Split::train, torch::kCPU);
         for (int i = 0; i < 20; ++i) l.next();
       },
       {"train_00000.h5", "token id 300", "256"});
@@ -193,5 +195,5 @@ TEST(DataErrors, ConfigVocabSmallerThanData) {
   const auto d = good_copy("err_cfgvocab");
   Config c = config_for(d);
   c.vocab_size = 100;
-  expect_error([&] { TokenLoader l(llmtrain::LoaderOptions::from_config(c), runtime(), "train", torch::kCPU); }, {"vocab_size=100", "256"});
+  expect_error([&] { TokenLoader l(llmtrain::LoaderOptions::from_config(c), runtime(), Split::train, torch::kCPU); }, {"vocab_size=100", "256"});
 }

@@ -10,6 +10,8 @@
 #include "llmtrain/data/loader.hpp"
 #include "test_util.hpp"
 
+using llmtrain::Split;
+
 namespace fs = std::filesystem;
 using namespace llmtrain;
 using namespace llmtrain::testing;
@@ -56,7 +58,7 @@ TEST(DataLoader, WindowsAreTheSampledShardTokens) {
     prefix.push_back(prefix.back() + std::max<int64_t>(0, static_cast<int64_t>(shards.back().size()) - c.block_size));
   }
   ASSERT_GE(shards.size(), 3u);
-  TokenLoader loader(llmtrain::LoaderOptions::from_config(c), 0, 1, "train", torch::kCPU);
+  TokenLoader loader(llmtrain::LoaderOptions::from_config(c), 0, 1, Split::train, torch::kCPU);
   const int64_t B = c.batch_size, T = c.block_size;
   for (int64_t p = 0; p < 6; ++p) {
     const Batch batch = loader.next();
@@ -81,12 +83,12 @@ TEST(DataLoader, SameGlobalBatchesOnEveryWorldSize) {
   auto& rt = runtime();
   const Config c = small_config();
   const int64_t B = c.batch_size, T = c.block_size, A = c.gradient_accumulation_steps, W = rt.world_size();
-  TokenLoader loader(llmtrain::LoaderOptions::from_config(c), rt, "train", torch::kCPU);
+  TokenLoader loader(llmtrain::LoaderOptions::from_config(c), rt, Split::train, torch::kCPU);
   // The same global batch on one rank: accumulate W*A micro-batches.
   Config one = c;
   one.gradient_accumulation_steps = A * W;
   std::unique_ptr<TokenLoader> ref;
-  if (rt.rank() == 0) ref = std::make_unique<TokenLoader>(llmtrain::LoaderOptions::from_config(one), 0, 1, "train", torch::kCPU);
+  if (rt.rank() == 0) ref = std::make_unique<TokenLoader>(llmtrain::LoaderOptions::from_config(one), 0, 1, Split::train, torch::kCPU);
   for (int iter = 0; iter < 4; ++iter) {
     for (int64_t m = 0; m < A; ++m) {
       const Batch mine = loader.next();  // (B, T)
@@ -105,19 +107,19 @@ TEST(DataLoader, SameGlobalBatchesOnEveryWorldSize) {
     }
   }
   // Another stream is another sequence.
-  TokenLoader other(llmtrain::LoaderOptions::from_config(c), rt, "train", torch::kCPU, /*stream=*/1);
-  TokenLoader again(llmtrain::LoaderOptions::from_config(c), rt, "train", torch::kCPU, /*stream=*/0);
+  TokenLoader other(llmtrain::LoaderOptions::from_config(c), rt, Split::train, torch::kCPU, /*stream=*/1);
+  TokenLoader again(llmtrain::LoaderOptions::from_config(c), rt, Split::train, torch::kCPU, /*stream=*/0);
   EXPECT_FALSE(torch::equal(other.next().x, again.next().x));
 }
 
 TEST(DataLoader, WorkersGiveExactlyTheSameBatches) {
   auto& rt = runtime();
   Config c = small_config();
-  TokenLoader plain(llmtrain::LoaderOptions::from_config(c), rt, "val", torch::kCPU);
+  TokenLoader plain(llmtrain::LoaderOptions::from_config(c), rt, Split::val, torch::kCPU);
   c.use_dataloader = true;
   c.dataloader_num_workers = 3;
   c.dataloader_prefetch_factor = 2;
-  TokenLoader fast(llmtrain::LoaderOptions::from_config(c), rt, "val", torch::kCPU);
+  TokenLoader fast(llmtrain::LoaderOptions::from_config(c), rt, Split::val, torch::kCPU);
   for (int i = 0; i < 25; ++i) ASSERT_TRUE(same(plain.next(), fast.next())) << "batch " << i;
   // Seek while workers are running, backwards and forwards.
   fast.seek(4);
@@ -134,18 +136,18 @@ TEST(DataLoader, ResumeFromSavedPosition) {
   for (bool workers : {false, true}) {
     Config c = small_config();
     c.use_dataloader = workers;
-    TokenLoader first(llmtrain::LoaderOptions::from_config(c), rt, "train", torch::kCPU);
+    TokenLoader first(llmtrain::LoaderOptions::from_config(c), rt, Split::train, torch::kCPU);
     for (int i = 0; i < 7; ++i) first.next();
     const int64_t saved = first.position();  // what a checkpoint stores
     EXPECT_EQ(saved, 7);
     std::vector<Batch> rest;
     for (int i = 0; i < 5; ++i) rest.push_back(first.next());
-    TokenLoader resumed(llmtrain::LoaderOptions::from_config(c), rt, "train", torch::kCPU);
+    TokenLoader resumed(llmtrain::LoaderOptions::from_config(c), rt, Split::train, torch::kCPU);
     resumed.seek(saved);
     for (int i = 0; i < 5; ++i) EXPECT_TRUE(same(rest[i], resumed.next())) << "workers=" << workers << " " << i;
     // A different seed is a different order.
     c.seed = 8;
-    TokenLoader other(llmtrain::LoaderOptions::from_config(c), rt, "train", torch::kCPU);
+    TokenLoader other(llmtrain::LoaderOptions::from_config(c), rt, Split::train, torch::kCPU);
     other.seek(saved);
     EXPECT_FALSE(same(rest[0], other.next()));
   }

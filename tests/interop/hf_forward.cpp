@@ -27,9 +27,9 @@ int main(int argc, char** argv) {
     SafetensorsFile batch(argv[2]);
     const auto idx = batch.tensor("idx").to(torch::kInt64), targets = batch.tensor("targets").to(torch::kInt64);
     Config c;
-    c.init_from = std::string("hf:") + argv[1];
+    c.init_from = llmtrain::InitFrom::hf(argv[1]);
     c.block_size = idx.size(1);
-    if (argc > 4) c.attention_backend = argv[4];
+    if (argc > 4) c.set("attention_backend", argv[4]);
     apply_hf_config(c, {});
     c.validate();
     const ModelConfig m = ModelConfig::from_config(c, 0);

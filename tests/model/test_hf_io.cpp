@@ -217,7 +217,7 @@ TEST(HfCheckpoint, ExportThenImportGivesTheSameModelForEveryTinyPreset) {
     EXPECT_NE(line.find("byte tokenizer: tokenizer.json, tokenizer_config.json"), std::string::npos) << line;
     // A fresh config with only init_from: config.json gives back every model key.
     Config fresh;
-    fresh.init_from = "hf:" + d.string();
+    fresh.init_from = llmtrain::InitFrom::hf(d.string());
     fresh.block_size = c.block_size;
     apply_hf_config(fresh, {});
     const ModelConfig back = ModelConfig::from_config(fresh, 0);
@@ -259,7 +259,7 @@ TEST(HfCheckpoint, PaddedVocabularyRowsAreExportedAndCounted) {
 TEST(HfCheckpoint, BadDirectoriesAreRefusedInOneLine) {
   auto load = [](const fs::path& d) {
     Config c;
-    c.init_from = "hf:" + d.string();
+    c.init_from = llmtrain::InitFrom::hf(d.string());
     c.block_size = 64;
     apply_hf_config(c, {});
     auto m = make_model(c, 3);
@@ -378,27 +378,27 @@ TEST(HfCheckpoint, ShardedDirectoriesAreReadAndCheckedThroughTheirIndex) {
 TEST(HfConfig, PresetKeysAreReplacedCommandLineContradictionsRefused) {
   const fs::path d = exported_llama3("keys");
   Config c = preset_config("tiny_gpt2");  // every model key differs from the LLaMA-3 checkpoint's
-  c.init_from = "hf:" + d.string();
+  c.init_from = llmtrain::InitFrom::hf(d.string());
   c.block_size = 64;
   apply_hf_config(c, {"block_size", "learning_rate"});
-  EXPECT_EQ(c.norm, "rmsnorm");
+  EXPECT_EQ(c.norm, llmtrain::NormKind::rmsnorm);
   EXPECT_EQ(c.n_kv_head, 2);
   EXPECT_EQ(c.rope_theta, 500000.0);
   EXPECT_EQ(c.tie_embeddings, false);
 
   Config clash = preset_config("tiny_llama3");
-  clash.init_from = "hf:" + d.string();
+  clash.init_from = llmtrain::InitFrom::hf(d.string());
   clash.n_layer = 6;
   const std::string msg = error_of([&] { apply_hf_config(clash, {"n_layer"}); });
   EXPECT_NE(msg.find("config key 'n_layer' = 6 on the command line contradicts"), std::string::npos) << msg;
   EXPECT_NE(msg.find("num_hidden_layers = 4"), std::string::npos) << msg;
 
   Config agree = preset_config("tiny_llama3");
-  agree.init_from = "hf:" + d.string();
+  agree.init_from = llmtrain::InitFrom::hf(d.string());
   apply_hf_config(agree, {"n_layer", "n_kv_head", "rope_theta"});  // equal values are not contradictions
 
   Config too_long = preset_config("tiny_llama3");
-  too_long.init_from = "hf:" + d.string();
+  too_long.init_from = llmtrain::InitFrom::hf(d.string());
   too_long.block_size = 4096;
   EXPECT_NE(error_of([&] { apply_hf_config(too_long, {}); }).find("exceeds the 128 positions"), std::string::npos);
 }
@@ -420,7 +420,7 @@ TEST(HfExport, RefusesNonEmptyTargetsAndUnexportableModelsAndLeavesNothing) {
   EXPECT_TRUE(fs::exists(empty / "config.json"));
 
   Config ln = preset_config("tiny_llama");
-  ln.norm = "layernorm";
+  ln.norm = llmtrain::NormKind::layernorm;
   auto bad = make_model(ln, 1);
   const fs::path never = scratch("never");
   const std::string msg = error_of([&] { check_hf_export_target(never.string(), bad->config()); });

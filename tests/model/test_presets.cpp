@@ -27,6 +27,7 @@ using llmtrain::Transformer;
 namespace {
 
 using llmtrain::testing::load_preset;
+using llmtrain::ComputeDtype;
 
 ModelConfig preset_model(const std::string& name) { return ModelConfig::from_config(load_preset(name), 0); }
 
@@ -102,7 +103,7 @@ TEST(Presets, ArithmeticMatchesBuiltTinyModelOfEachFamily) {
         {"tiny_llama", 295488}, {"tiny_llama3", 254528}, {"tiny_qwen3", 279360}, {"tiny_gpt2", 224640}};
     EXPECT_EQ(total, documented.at(name)) << name;
     // Weight and gradient bytes of the estimate are the built model's bytes.
-    const auto est = llmtrain::estimate_memory(m, "float32", 8, 4, llmtrain::AttentionBackend::manual);
+    const auto est = llmtrain::estimate_memory(m, ComputeDtype::float32, 8, 4, llmtrain::AttentionBackend::manual);
     EXPECT_DOUBLE_EQ(est[0].weights, 4.0 * total);
     EXPECT_DOUBLE_EQ(est[0].gradients, 4.0 * total);
     EXPECT_DOUBLE_EQ(est[0].optimizer, 8.0 * total);
@@ -139,7 +140,7 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   // FSDP shard the optimizer's 12 by the world size.
   const auto m = ModelConfig::from_config(c, 0);
   const double P = static_cast<double>(m.num_params());
-  const auto est = llmtrain::estimate_memory(m, "bfloat16", 8, 8, llmtrain::AttentionBackend::sdpa);
+  const auto est = llmtrain::estimate_memory(m, ComputeDtype::bfloat16, 8, 8, llmtrain::AttentionBackend::sdpa);
   EXPECT_DOUBLE_EQ(est[0].weights + est[0].gradients + est[0].optimizer, 16.0 * P);
   EXPECT_DOUBLE_EQ(est[1].optimizer, 12.0 * P / 8);
   EXPECT_LT(est[2].weights, est[1].weights);
@@ -147,8 +148,8 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   EXPECT_LT(est[1].total(), est[0].total());
   // The manual backend also stores (T, T) bf16 probabilities per head and layer
   // where a fused kernel keeps one fp32 log-sum-exp per row.
-  const double extra = llmtrain::activation_bytes(m, "bfloat16", 8, llmtrain::AttentionBackend::manual) -
-                       llmtrain::activation_bytes(m, "bfloat16", 8, llmtrain::AttentionBackend::sdpa);
+  const double extra = llmtrain::activation_bytes(m, ComputeDtype::bfloat16, 8, llmtrain::AttentionBackend::manual) -
+                       llmtrain::activation_bytes(m, ComputeDtype::bfloat16, 8, llmtrain::AttentionBackend::sdpa);
   EXPECT_DOUBLE_EQ(extra, 18.0 * 8 * 2048 * 18 * (2048 * 2.0 - 4.0));
   for (const char* name : {"full_llama3_1.5b_optimal", "full_llama3_2.2b_chinchilla", "full_qwen3_1.8b_optimal",
                            "full_gpt2_1.36b"})
@@ -182,9 +183,9 @@ TEST(Attention, FallbackChainOnCpuSaysWhyAndReportsTheKernelUsed) {
   m.attention_backend = AttentionBackend::flash_attn_2;
   Transformer model(m);
   model->plan_attention(torch::kCPU, torch::kFloat);
-  EXPECT_EQ(model->attention_backend_used(), "sdpa");
+  EXPECT_EQ(model->attention_backend_used(), AttentionBackend::sdpa);
   EXPECT_NE(model->attention_kernel_used().find("SDPA"), std::string::npos);
-  EXPECT_THROW(llmtrain::attention_backend_from_string("flash"), llmtrain::ConfigError);
+  EXPECT_THROW(llmtrain::option_from_string<llmtrain::AttentionBackend>("flash"), llmtrain::ConfigError);
 }
 
 TEST(Attention, AvailableBackendsAgree) {
@@ -195,7 +196,7 @@ TEST(Attention, AvailableBackendsAgree) {
   auto x = torch::randint(m.vocab_size, {2, 64}, gen, torch::kLong);
   torch::Tensor ref;
   for (const auto& b : backends) {
-    m.attention_backend = llmtrain::attention_backend_from_string(b);
+    m.attention_backend = llmtrain::option_from_string<llmtrain::AttentionBackend>(b);
     Transformer model(m);
     model->init_weights(5);
     auto out = model->forward(x);

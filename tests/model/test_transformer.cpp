@@ -104,7 +104,7 @@ TEST(ModelConfig, FromConfigResolvesDefaults) {
   c.n_embd = 2048;
   c.n_head = 8;
   EXPECT_EQ(ModelConfig::from_config(c, 100).ffn_hidden, 5632);  // 5461.3 -> 5632
-  c.ffn = "gelu";
+  c.ffn = llmtrain::FfnKind::gelu;
   EXPECT_EQ(ModelConfig::from_config(c, 100).ffn_hidden, 8192);
   c.n_kv_head = 3;  // does not divide 8
   EXPECT_THROW(ModelConfig::from_config(c, 100), llmtrain::ConfigError);
@@ -280,7 +280,7 @@ TEST(Transformer, CachedTablesAreBuffersNotParameters) {
   ASSERT_TRUE(buffers.contains("rope_cos"));
   ASSERT_TRUE(buffers.contains("rope_sin"));
   EXPECT_EQ(buffers["rope_cos"].sizes(), (std::vector<int64_t>{32, 1, 4}));  // (block_size, 1, D/2)
-  if (model->attention_backend_used() == "manual") {
+  if (model->attention_backend_used() == llmtrain::AttentionBackend::manual) {
     ASSERT_TRUE(buffers.contains("causal_mask"));
     EXPECT_EQ(buffers["causal_mask"].sizes(), (std::vector<int64_t>{32, 32}));
   }

@@ -199,7 +199,7 @@ TEST(PlanFlops, EqualDescribesForEveryFamily) {
       EXPECT_EQ(cs[0].memory_strategy, "ddp");
       const auto est = estimate_memory(m, shape.dtype, shape.batch_size, 8, m.attention_backend);
       EXPECT_DOUBLE_EQ(cs[0].memory_per_gpu, est.front().total()) << fam;
-      EXPECT_EQ(est.front().strategy, "ddp");
+      EXPECT_EQ(llmtrain::to_string(est.front().strategy), std::string("ddp"));
       EXPECT_NE(d.find(fmt::format("  {:<9}", "ddp")), std::string::npos) << d;
       EXPECT_NE(d.find(fmt::format("{:>10.2f}\n", cs[0].memory_per_gpu / static_cast<double>(1ull << 30))),
                 std::string::npos)

@@ -40,22 +40,22 @@ ModelConfig llama_1_36b() {
 }  // namespace
 
 TEST(DevicePeaks, TableAndNames) {
-  EXPECT_EQ(device_peak_tflops("NVIDIA A100-SXM4-80GB", "bfloat16").value(), 312.0);
-  EXPECT_EQ(device_peak_tflops("NVIDIA H100 80GB HBM3", "bfloat16").value(), 989.0);
-  EXPECT_EQ(device_peak_tflops("NVIDIA H100 PCIe", "bfloat16").value(), 756.0);
-  EXPECT_EQ(device_peak_tflops("NVIDIA H200", "bfloat16").value(), 989.0);
-  EXPECT_EQ(device_peak_tflops("NVIDIA B200", "bfloat16").value(), 2250.0);
-  EXPECT_EQ(device_peak_tflops("NVIDIA GB200", "bfloat16").value(), 2500.0);
-  EXPECT_NEAR(device_peak_tflops("NVIDIA RTX A6000", "bfloat16").value(), 155.0, 0.5);
-  EXPECT_EQ(device_peak_tflops("NVIDIA A100-PCIE-40GB", "float32").value(), 19.5);
+  EXPECT_EQ(device_peak_tflops("NVIDIA A100-SXM4-80GB", llmtrain::ComputeDtype::bfloat16).value(), 312.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 80GB HBM3", llmtrain::ComputeDtype::bfloat16).value(), 989.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 PCIe", llmtrain::ComputeDtype::bfloat16).value(), 756.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H200", llmtrain::ComputeDtype::bfloat16).value(), 989.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA B200", llmtrain::ComputeDtype::bfloat16).value(), 2250.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA GB200", llmtrain::ComputeDtype::bfloat16).value(), 2500.0);
+  EXPECT_NEAR(device_peak_tflops("NVIDIA RTX A6000", llmtrain::ComputeDtype::bfloat16).value(), 155.0, 0.5);
+  EXPECT_EQ(device_peak_tflops("NVIDIA A100-PCIE-40GB", llmtrain::ComputeDtype::float32).value(), 19.5);
   // Unknown: the CPU, a fp32 figure we do not have, an unrecognised GPU.
-  EXPECT_FALSE(device_peak_tflops("cpu (AMD EPYC 9454P)", "float32"));
-  EXPECT_FALSE(device_peak_tflops("NVIDIA B200", "float32"));
-  EXPECT_FALSE(device_peak_tflops("NVIDIA GeForce RTX 4090", "bfloat16"));
-  const auto cpu = resolve_peak("cpu (AMD EPYC)", "float32", 0.0);
+  EXPECT_FALSE(device_peak_tflops("cpu (AMD EPYC 9454P)", llmtrain::ComputeDtype::float32));
+  EXPECT_FALSE(device_peak_tflops("NVIDIA B200", llmtrain::ComputeDtype::float32));
+  EXPECT_FALSE(device_peak_tflops("NVIDIA GeForce RTX 4090", llmtrain::ComputeDtype::bfloat16));
+  const auto cpu = resolve_peak("cpu (AMD EPYC)", llmtrain::ComputeDtype::float32, 0.0);
   EXPECT_FALSE(cpu.tflops_per_device);
   EXPECT_NE(cpu.source.find("peak_tflops"), std::string::npos) << cpu.source;
-  const auto over = resolve_peak("cpu (AMD EPYC)", "float32", 1.5);
+  const auto over = resolve_peak("cpu (AMD EPYC)", llmtrain::ComputeDtype::float32, 1.5);
   EXPECT_EQ(over.tflops_per_device.value(), 1.5);
   EXPECT_NE(over.source.find("override"), std::string::npos);
 }
@@ -78,7 +78,7 @@ TEST(Mfu, Llama136bOn8B200ByHand) {
   MetricsSetup s;
   s.flops_per_token = m.flops_per_token();
   s.num_devices = 8;
-  s.peak = resolve_peak("NVIDIA B200", "bfloat16", 0.0);
+  s.peak = resolve_peak("NVIDIA B200", llmtrain::ComputeDtype::bfloat16, 0.0);
   s.tokens_per_iter = 1048576;
   const auto it = compute_iteration_metrics(s, 7, 1.048576, 1048576);
   EXPECT_TRUE(it.errors.empty());
@@ -94,7 +94,7 @@ TEST(Mfu, Llama136bOn8B200ByHand) {
   EXPECT_TRUE(check_iteration_record(rec, s.flops_per_token, 18000.0).empty());
 
   // The same window on a CPU: MFU unknown, never a guess.
-  s.peak = resolve_peak("cpu (x86)", "bfloat16", 0.0);
+  s.peak = resolve_peak("cpu (x86)", llmtrain::ComputeDtype::bfloat16, 0.0);
   const auto cpu = compute_iteration_metrics(s, 7, 1.048576, 1048576);
   EXPECT_FALSE(cpu.mfu);
   EXPECT_FALSE(cpu.to_json().contains("mfu"));  // absent, never null (issue 19, part 10)
@@ -106,7 +106,7 @@ TEST(SelfCheck, MfuAbove100IsAnErrorNotAResult) {
   MetricsSetup s;
   s.flops_per_token = llama_1_36b().flops_per_token();
   s.num_devices = 8;
-  s.peak = resolve_peak("", "bfloat16", 1.0);
+  s.peak = resolve_peak("", llmtrain::ComputeDtype::bfloat16, 1.0);
   s.tokens_per_iter = 1048576;
   Metrics metrics(s);
   metrics.start_iter();
@@ -335,7 +335,7 @@ TEST(RunLog, AtomicAndReadableMidRun) {
 
 TEST(RunLog, StartupInfoHasEveryConfigKeyAndVersions) {
   Config c;
-  c.dtype = "bfloat16";
+  c.dtype = llmtrain::ComputeDtype::bfloat16;
   const auto model = llama_1_36b();
   RunEnvironment env;
   env.world_size = 8;
@@ -347,7 +347,7 @@ TEST(RunLog, StartupInfoHasEveryConfigKeyAndVersions) {
   s.flops_per_token = model.flops_per_token();
   s.flops_per_token_6n = model.flops_per_token_6n();
   s.num_devices = 8;
-  s.peak = resolve_peak("NVIDIA B200", "bfloat16", 0.0);
+  s.peak = resolve_peak("NVIDIA B200", llmtrain::ComputeDtype::bfloat16, 0.0);
   const auto info = make_startup_info(c, model, env, s);
   const auto& cfg = info["config"];
   for (const auto& k : Config::key_names()) EXPECT_TRUE(cfg.contains(k)) << k;

@@ -16,11 +16,12 @@ namespace {
 
 TEST(Precision, ComputeDtypeNamesTheKey) {
   const torch::Device cpu(torch::kCPU);
-  EXPECT_EQ(llmtrain::compute_dtype("float32", cpu), torch::kFloat);
-  EXPECT_EQ(llmtrain::compute_dtype("bfloat16", cpu), torch::kBFloat16);
-  EXPECT_EQ(llmtrain::compute_dtype("float16", cpu), torch::kHalf);
+  using llmtrain::ComputeDtype;
+  EXPECT_EQ(llmtrain::compute_dtype(ComputeDtype::float32, cpu), torch::kFloat);
+  EXPECT_EQ(llmtrain::compute_dtype(ComputeDtype::bfloat16, cpu), torch::kBFloat16);
+  EXPECT_EQ(llmtrain::compute_dtype(ComputeDtype::float16, cpu), torch::kHalf);
   try {
-    llmtrain::compute_dtype("fp8", cpu);
+    llmtrain::compute_dtype(llmtrain::option_from_string<ComputeDtype>("fp8"), cpu);
     FAIL() << "fp8 accepted";
   } catch (const llmtrain::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("'dtype'"), std::string::npos) << e.what();

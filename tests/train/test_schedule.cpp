@@ -17,7 +17,7 @@ TEST(LrSchedule, WarmupCosineAndFloor) {
   c.min_lr = 1e-4;
   c.warmup_iters = 10;
   c.lr_decay_iters = 110;
-  const LrSchedule s(c);
+  const LrSchedule s = LrSchedule::from_config(c);
   EXPECT_DOUBLE_EQ(s.at(0), 1e-3 * 1 / 11);
   EXPECT_DOUBLE_EQ(s.at(9), 1e-3 * 10 / 11);
   EXPECT_DOUBLE_EQ(s.at(10), 1e-3);                       // top of the cosine
@@ -31,7 +31,7 @@ TEST(LrSchedule, ConstantWhenDecayOff) {
   Config c;
   c.decay_lr = false;
   c.learning_rate = 3e-4;
-  const LrSchedule s(c);
+  const LrSchedule s = LrSchedule::from_config(c);
   EXPECT_DOUBLE_EQ(s.at(0), 3e-4);
   EXPECT_DOUBLE_EQ(s.at(123456), 3e-4);
 }

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "llmtrain/core/options.hpp"  // defines: the option enums and their words
+
 namespace llmtrain {
 
 struct Config {
@@ -28,6 +30,12 @@ struct Config {
   // Fails with a clear message when a key asks for a feature this build does not
   // have yet (NotBuiltError), instead of silently ignoring it.
   void refuse_unbuilt() const;
+
+  // The data-parallel strategy the keys use_zero1 / use_fsdp select (validate()
+  // refuses both together).
+  StrategyKind strategy() const {
+    return use_fsdp ? StrategyKind::fsdp : use_zero1 ? StrategyKind::zero1 : StrategyKind::ddp;
+  }
 
   // One iteration's global batch (docs/architecture.md: gradient accumulation is per rank):
   // batch_size x gradient_accumulation_steps x world_size sequences of block_size tokens.

@@ -6,6 +6,8 @@
 
 #include <torch/types.h>
 
+#include "llmtrain/core/options.hpp"  // defines: Split
+
 namespace llmtrain {
 
 struct Config;
@@ -52,13 +54,13 @@ uint64_t sample_window_index(uint64_t seed, uint64_t stream, int64_t iter, int64
 
 class TokenLoader {
  public:
-  // split: "train" | "val". `stream` separates independent sample streams of the
+  // `stream` separates independent sample streams of the
   // same split (e.g. 0 = training, 1 = evaluation).
-  TokenLoader(const LoaderOptions& options, const Runtime& rt, const std::string& split, torch::Device device,
+  TokenLoader(const LoaderOptions& options, const Runtime& rt, Split split, torch::Device device,
               uint64_t stream = 0);
   // Same, as rank `rank` of `world_size` ranks (tests and tools that emulate another
   // world size in one process).
-  TokenLoader(const LoaderOptions& options, int rank, int world_size, const std::string& split,
+  TokenLoader(const LoaderOptions& options, int rank, int world_size, Split split,
               torch::Device device, uint64_t stream = 0);
   ~TokenLoader();
 

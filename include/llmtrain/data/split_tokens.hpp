@@ -15,9 +15,9 @@ namespace llmtrain {
 
 class SplitTokens {
  public:
-  // split: "train" | "val". DataError naming the directory when it has no such
-  // split or the index is bad (read_data_info's checks).
-  SplitTokens(const std::string& data_dir, const std::string& split);
+  // DataError naming the directory when it has no such split or the index is
+  // bad (read_data_info's checks).
+  SplitTokens(const std::string& data_dir, Split split);
   ~SplitTokens();
   SplitTokens(const SplitTokens&) = delete;
   SplitTokens& operator=(const SplitTokens&) = delete;

@@ -12,15 +12,15 @@ namespace llmtrain {
 
 // Bytes one GPU holds for one strategy.
 struct MemoryEstimate {
-  std::string strategy;  // "ddp" | "zero1" | "fsdp"
+  StrategyKind strategy = StrategyKind::ddp;
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;
   double total() const { return weights + gradients + optimizer + activations; }
 };
-// dtype: float32 | bfloat16 | float16 (as the config key). Weights and gradients
+// dtype: the compute dtype (the config key). Weights and gradients
 // are held in the compute dtype; AdamW keeps two fp32 moments, plus fp32 master
 // weights when the compute dtype is 16-bit. Activations: activation_bytes() of
 // one micro-batch of `batch_size` sequences with the `attention` backend.
-std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, const std::string& dtype, int64_t batch_size,
+std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
                                             int64_t world_size, AttentionBackend attention);
 
 }  // namespace llmtrain

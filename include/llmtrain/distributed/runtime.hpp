@@ -8,6 +8,8 @@
 
 #include <torch/types.h>
 
+#include "llmtrain/core/options.hpp"  // defines: DeviceKind
+
 namespace llmtrain {
 
 class FailureListener;
@@ -35,7 +37,7 @@ class Runtime {
   // Device for `want` (the config's device: auto|cpu|cuda): cuda:<local_rank %
   // devices> where available. Also sets LibTorch's intra-op threads
   // (`num_threads`, 0 = cores / local ranks). Call once, after the config is known.
-  torch::Device setup_device(const std::string& want, int64_t num_threads);
+  torch::Device setup_device(DeviceKind want, int64_t num_threads);
   torch::Device device() const { return device_; }
   int num_threads() const { return num_threads_; }
   std::string device_name() const;  // "cpu (AMD EPYC ...)" or the GPU name

@@ -22,7 +22,7 @@ struct AdamWHyper {
 
 // What a strategy reads of a run's configuration, and nothing else.
 struct StrategyOptions {
-  enum class Kind { ddp, zero1, fsdp };
+  using Kind = StrategyKind;  // core/options.hpp
   Kind kind = Kind::ddp;
   double bucket_bytes = 25.0 * 1024 * 1024;  // gradient bucket size (DDP, ZeRO-1)
   bool fsdp_prefetch = true;                 // gather the next block while this one computes

@@ -21,7 +21,6 @@
 
 namespace llmtrain {
 
-struct Config;
 class TransformerImpl;
 
 enum class HfArch { llama, qwen3, gpt2 };
@@ -42,21 +41,12 @@ struct HfModelKeys {
   int64_t max_positions = 0;    // max_position_embeddings / n_positions
 };
 
-// Reads DIR/config.json. DataError when it is missing or not JSON; ConfigError
+// Reads DIR/config.json (train/hf_init.hpp applies it to the run's config for
+// init_from=hf:DIR). DataError when it is missing or not JSON; ConfigError
 // naming the option for an architecture or option llmtrain does not implement
 // (RoPE scaling types other than default, attention/MLP biases in LLaMA/Qwen3,
 // sliding windows, another activation, quantized checkpoints ...).
 HfModelKeys read_hf_config(const std::string& dir);
-
-// DIR of init_from=hf:DIR; "" for scratch/resume.
-std::string hf_init_dir(const Config& cfg);
-
-// init_from=hf:DIR: the architecture and shapes come from DIR/config.json. Model
-// keys that differ from it and came from a config file are replaced (one line
-// printed on rank 0 lists them); a key given on the command line
-// (`command_line_keys`) that contradicts it is a ConfigError naming both values.
-// block_size must not exceed the checkpoint's positions. No-op for other init_from.
-void apply_hf_config(Config& cfg, const std::vector<std::string>& command_line_keys);
 
 // The transformers architecture a model exports as; ConfigError naming the
 // options that no supported architecture has (e.g. norm=layernorm with RoPE).

@@ -1,30 +1,16 @@
 // ModelConfig: the shape and options of one Transformer, resolved once from the
-// run's Config (0 = derived defaults). Options are enums: text becomes an enum
-// here, at the edge, and nothing below compares strings (llama.cpp's llm_arch).
+// run's Config (0 = derived defaults). Options are the config's enums
+// (core/options.hpp: NormKind, FfnKind, PosEncoding, AttentionBackend, with
+// to_string giving their words); nothing below compares strings.
 #pragma once
 #include <cstdint>
 #include <string>
 
+#include "llmtrain/core/options.hpp"  // defines: NormKind, FfnKind, PosEncoding, AttentionBackend
+
 namespace llmtrain {
 
 struct Config;
-
-enum class NormKind { rmsnorm, layernorm };
-enum class FfnKind { swiglu, gelu };
-enum class PosEncoding { rope, learned };
-// The fallback chain, in order: flash_attn_3 -> flash_attn_2 -> sdpa -> manual.
-enum class AttentionBackend { flash_attn_3, flash_attn_2, sdpa, manual };
-
-// The config's words for them (what users type, what run logs print).
-const char* to_string(NormKind k);
-const char* to_string(FfnKind k);
-const char* to_string(PosEncoding k);
-const char* to_string(AttentionBackend k);
-// Throws ConfigError naming the key, the value and the allowed values.
-NormKind norm_kind_from_string(const std::string& s);
-FfnKind ffn_kind_from_string(const std::string& s);
-PosEncoding pos_encoding_from_string(const std::string& s);
-AttentionBackend attention_backend_from_string(const std::string& s);
 
 struct ModelConfig {
   int64_t vocab_size = 256;      // tokens the data can contain

@@ -65,7 +65,7 @@ class TransformerImpl : public torch::nn::Module {
   // CPU/float32 without printing; the trainer plans again for its device.
   void plan_attention(torch::Device device, torch::ScalarType dtype);
   // The backend actually used after the fallback chain (run-logged, in labels).
-  std::string attention_backend_used() const;
+  AttentionBackend attention_backend_used() const;
   // The backend with the kernel that runs, e.g. "flash_attn_3 (SDPA cuDNN)",
   // "sdpa (SDPA flash (CPU))", "manual".
   std::string attention_kernel_used() const;

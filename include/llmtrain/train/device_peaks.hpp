@@ -6,11 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "llmtrain/core/options.hpp"  // defines: ComputeDtype
+
 namespace llmtrain {
 
 struct DevicePeakEntry {
   std::string model;        // short name printed to users, e.g. "H100 SXM"
-  std::string dtype;        // "bfloat16" | "float16" | "float32"
+  ComputeDtype dtype;
   double tflops = 0.0;      // dense (no 2:4 sparsity) peak per device
 };
 
@@ -22,7 +24,7 @@ const std::vector<DevicePeakEntry>& device_peak_table();
 std::string device_peak_model(const std::string& device_name);
 
 // Peak of `device_name` for compute `dtype`, or nullopt when unknown.
-std::optional<double> device_peak_tflops(const std::string& device_name, const std::string& dtype);
+std::optional<double> device_peak_tflops(const std::string& device_name, ComputeDtype dtype);
 
 // The peak MFU uses, with where it came from.
 struct PeakInfo {
@@ -31,6 +33,6 @@ struct PeakInfo {
 };
 
 // `override_tflops` > 0 (the peak_tflops key) wins over the table.
-PeakInfo resolve_peak(const std::string& device_name, const std::string& dtype, double override_tflops);
+PeakInfo resolve_peak(const std::string& device_name, ComputeDtype dtype, double override_tflops);
 
 }  // namespace llmtrain

@@ -5,6 +5,8 @@
 
 #include <torch/types.h>
 
+#include "llmtrain/core/options.hpp"  // defines: Split
+
 namespace llmtrain {
 
 class Collectives;
@@ -25,7 +27,7 @@ struct FullEvalResult {
 // double: every rank count computes the same batches and adds the same numbers
 // in the same order. Collective over `comm`; under FSDP (forward hooks installed)
 // every rank runs the same number of forwards.
-FullEvalResult evaluate_full(TransformerImpl& model, const std::string& data_dir, const std::string& split,
+FullEvalResult evaluate_full(TransformerImpl& model, const std::string& data_dir, Split split,
                              int64_t block_size, int64_t batch_size, torch::Device device, torch::ScalarType dtype,
                              Collectives& comm);
 

@@ -7,11 +7,12 @@
 
 #include <torch/types.h>
 
+#include "llmtrain/core/options.hpp"  // defines: ComputeDtype
+
 namespace llmtrain {
 
-// float32 | bfloat16 | float16 -> the autocast dtype (float32 = no autocast).
-// Throws ConfigError for any other name.
-torch::ScalarType compute_dtype(const std::string& dtype, torch::Device device);
+// The config's dtype -> the autocast dtype (float32 = no autocast).
+torch::ScalarType compute_dtype(ComputeDtype dtype, torch::Device device);
 
 // Enables autocast for `device` to `dtype` while alive; no-op for float32.
 // Parameters stay fp32 (the master weights); matmuls run in `dtype`.
