@@ -99,7 +99,8 @@ double AttrReader::f64(hid_t obj, const char* name) const {
 std::string AttrReader::str(hid_t obj, const char* name) const {
   H5Id a = open(obj, name);
   H5Id ftype(H5_CHECK(H5Aget_type(a)), H5Tclose);
-  if (H5_CHECK(H5Tget_class(ftype)) != H5T_STRING) fail(fmt::format("{}: attribute '{}' is not a string", subject_, name));
+  if (H5_CHECK(H5Tget_class(ftype)) != H5T_STRING)
+    fail(fmt::format("{}: attribute '{}' is not a string", subject_, name));
   H5Id mtype(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
   if (H5_CHECK(H5Tis_variable_str(ftype)) > 0) {
     H5_CHECK(H5Tset_size(mtype, H5T_VARIABLE));

@@ -8,7 +8,8 @@
 //   /train_state           attributes: iteration, best_val_loss, bad_steps                 [TrainStateCheckpoint]
 //                          loss_scale, loss_scale_growth_tracker, loss_scale_skipped       [LossScalerCheckpoint]
 //                          global_batch_sequences, block_size, seed                        [DataPositionCheckpoint]
-//   /schedule              attributes: learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr [ScheduleCheckpoint]
+//   /schedule              attributes: learning_rate, min_lr, warmup_iters, lr_decay_iters,
+//                          decay_lr                                                         [ScheduleCheckpoint]
 //   /rng/cpu               uint8 (world_size, state bytes): every rank's CPU generator      [RngCheckpoint]
 //   /rng/cuda              uint8 (world_size, state bytes): every rank's CUDA generator (CUDA runs)
 // The Checkpointer writes the header and orchestrates; each part writes its own

@@ -64,3 +64,50 @@ TEST(AtomicFile, FullDiskKeepsTheOldFileAndNamesTheError) {
   EXPECT_EQ(entries(mnt), 1u) << "a temporary file was left behind";
   umount2(mnt.c_str(), MNT_DETACH);
 }
+
+TEST(AtomicFile, WritesPiecesInOrder) {
+  const auto dir = llmtrain::testing::scratch_dir("atomic_pieces");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto f = dir / "x.bin";
+  llmtrain::write_file_atomic(f, std::vector<std::string_view>{"ab", "", "cde"});
+  EXPECT_EQ(slurp(f), "abcde");
+  EXPECT_EQ(entries(dir), 1u) << "a temporary file was left behind";
+}
+
+TEST(AtomicFile, PublishFileMovesATemporaryNamedByTheCaller) {
+  const auto dir = llmtrain::testing::scratch_dir("atomic_publish_file");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto tmp = dir / ".x.h5.tmp", f = dir / "x.h5";
+  std::ofstream(tmp) << "data";
+  llmtrain::publish_file(tmp, f);
+  EXPECT_EQ(slurp(f), "data");
+  EXPECT_FALSE(fs::exists(tmp));
+  try {
+    llmtrain::publish_file(dir / ".missing.tmp", dir / "y.h5");
+    ADD_FAILURE() << "a missing temporary file was published";
+  } catch (const llmtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(".missing.tmp"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AtomicFile, PublishDirectoryReplacesTheOldOneWhole) {
+  const auto dir = llmtrain::testing::scratch_dir("atomic_publish_dir");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto target = dir / "data", tmp = dir / ".data.new";
+  fs::create_directories(target);
+  std::ofstream(target / "old.txt") << "old";
+  fs::create_directories(tmp);
+  llmtrain::write_file_atomic(tmp / "new.txt", "new");
+  llmtrain::publish_directory(tmp, target);
+  EXPECT_EQ(slurp(target / "new.txt"), "new");
+  EXPECT_FALSE(fs::exists(target / "old.txt"));
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_EQ(entries(dir), 1u) << "the old copy or the temporary directory was left behind";
+  // Into a place that does not exist yet: created by the rename.
+  fs::create_directories(tmp);
+  llmtrain::publish_directory(tmp, dir / "fresh");
+  EXPECT_TRUE(fs::is_directory(dir / "fresh"));
+}
