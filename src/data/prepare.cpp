@@ -578,8 +578,11 @@ PrepareResult prepare_data_on(const PrepareOptions& opt, MPI_Comm comm) {
     // A DataError reaches every rank (collectively); an I/O or MPI error may be
     // on this rank alone, and the job then ends (run_main aborts every rank).
     // Either way the partial output goes, and an earlier out_dir stays as it was.
+    // Every rank removes the same tree, often at the same moment: remove_all
+    // stops at the first entry another rank removed under it (ENOENT), so it is
+    // repeated until the tree is gone.
     std::error_code ec;
-    fs::remove_all(temp, ec);
+    for (int attempt = 0; attempt < 100 && fs::exists(temp, ec); ++attempt) fs::remove_all(temp, ec);
     throw;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
