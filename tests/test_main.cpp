@@ -3,12 +3,37 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdio>
+#include <string>
+
 #include "llmtrain/distributed/runtime.hpp"
 #include "test_util.hpp"
 
 namespace llmtrain::testing {
 Runtime* g_runtime = nullptr;
 Runtime& runtime() { return *g_runtime; }
+
+// Ranks other than 0 print only what failed on them, named by rank: a failure on
+// rank 1 alone must say what it was, not just fail rank 0's exit code.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  // The name is taken here: OnTestPartResult runs under GoogleTest's lock, where
+  // UnitTest::current_test_info() would wait for itself.
+  void OnTestStart(const ::testing::TestInfo& t) override {
+    test_ = std::string(t.test_suite_name()) + "." + t.name();
+  }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s: %s:%d: Failure\n%s\n", rank_, test_.c_str(),
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
+    std::fflush(stderr);
+  }
+
+ private:
+  int rank_;
+  std::string test_;
+};
 }  // namespace llmtrain::testing
 
 int main(int argc, char** argv) {
@@ -18,6 +43,7 @@ int main(int argc, char** argv) {
   if (rt.rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new llmtrain::testing::FailurePrinter(rt.rank()));
   }
   int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   int any_failed = 0;

@@ -230,6 +230,8 @@ TEST(DataPrepare, AFailedRerunLeavesTheOldDataAsItWas) {
   MPI_Barrier(MPI_COMM_WORLD);  // rank 0 removes the partial output after the error reached every rank
   for (const auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".out."), std::string::npos) << "left behind: " << e.path();
+  // Every rank has listed before rank 0 starts the next run's staging directory.
+  MPI_Barrier(MPI_COMM_WORLD);
   // A good rerun replaces it.
   o.inputs.pop_back();  // without the broken JSONL
   const auto r = prepare_world(o);
