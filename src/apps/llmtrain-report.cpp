@@ -94,7 +94,8 @@ int main(int argc, char** argv) try {
       "Summarizes llmtrain run logs (out_dir/run_*.json); figures after warm-up iterations");
   opts.add_options()("help,h", "this help")(
       "warmup", po::value<int64_t>(&warmup)->default_value(-1),
-      "iterations skipped as warm-up (-1 = each log's warmup_report_iters, default 50)")(
+      "the most iterations left out as warm-up: those before the step time settles, at most this many "
+      "(-1 = each log's warmup_report_iters, default 50; 0 = average every iteration)")(
       "tokens", po::value<double>(&budget)->default_value(85e9, "85e9"),
       "token budget for the time-to-train table")("scaling", "print the weak/strong scaling table")(
       "plot", po::value<std::string>(&plot_dir), "write PNGs (loss, MFU, tokens/s; scaling) to this directory")(

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -127,25 +128,96 @@ std::string cpu_model() {
 }
 }  // namespace
 
+DeviceChoice choose_device(DeviceKind want, bool built_with_cuda, int visible_gpus, int node_gpus, int local_rank,
+                           int local_size, const std::string& hostname) {
+  DeviceChoice c;
+  if (want == DeviceKind::cpu) return c;
+  if (!built_with_cuda || visible_gpus <= 0) {
+    if (want == DeviceKind::cuda)
+      c.error = fmt::format(
+          "device=cuda was requested on node {}, but {}", hostname,
+          built_with_cuda ? "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the job's --gpus)"
+                          : "this llmtrain was built without CUDA (LLMTRAIN_WITH_CUDA=OFF)");
+    return c;  // auto: the CPU
+  }
+  const int gpus = std::max(node_gpus, visible_gpus);
+  if (local_size > gpus) {
+    c.error = fmt::format(
+        "{} ranks on node {} for {} GPU(s) (device={}): NCCL needs a GPU of its own for each rank. Start one rank "
+        "per GPU (Slurm: --ntasks-per-node={} with --gpus-per-node={}; mpirun: -npernode {}), or train on the CPU "
+        "with device=cpu",
+        local_size, hostname, gpus, want == DeviceKind::automatic ? "auto" : "cuda", gpus, gpus, gpus);
+    return c;
+  }
+  c.cuda = true;
+  c.index = local_rank % visible_gpus;  // every rank sees all: its own; one each: index 0
+  return c;
+}
+
+namespace {
+// Every rank's `mine`, in rank order (collective over `comm`).
+std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm comm) {
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size), offsets(size, 0);
+  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lens[r - 1];
+  std::string all(static_cast<size_t>(offsets.back() + lens.back()), '\0');
+  MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, comm));
+  std::vector<std::string> names;
+  for (int r = 0; r < size; ++r) names.push_back(all.substr(offsets[r], lens[r]));
+  return names;
+}
+
+// PCI bus ids of the CUDA devices this process sees, ';'-separated.
+std::string visible_gpu_ids([[maybe_unused]] int visible) {
+  std::string ids;
+#ifdef LLMTRAIN_WITH_CUDA
+  for (int i = 0; i < visible; ++i) {
+    char bus[32] = {0};
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), i));
+    ids += std::string(bus) + ";";
+  }
+#endif
+  return ids;
+}
+
+// Distinct GPUs the ranks of this node see together (collective over the world).
+int count_node_gpus(const std::string& my_ids, int rank) {
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  std::set<std::string> ids;
+  for (const auto& of_rank : allgather_strings(my_ids, local)) {
+    size_t at = 0;
+    for (size_t end; (end = of_rank.find(';', at)) != std::string::npos; at = end + 1)
+      ids.insert(of_rank.substr(at, end - at));
+  }
+  MPI_CHECK(MPI_Comm_free(&local));
+  return static_cast<int>(ids.size());
+}
+}  // namespace
+
 torch::Device Runtime::setup_device(DeviceKind want, int64_t num_threads) {
-  const bool have_cuda = torch::cuda::is_available();
-  if (want == DeviceKind::cuda && !have_cuda)
-    throw Error(fmt::format("device=cuda was requested on rank {} ({}), but {}", rank_, hostname_,
 #ifdef LLMTRAIN_WITH_CUDA
-                            "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the job's --gpus)"
+  constexpr bool built_with_cuda = true;
 #else
-                            "this llmtrain was built without CUDA (LLMTRAIN_USE_CUDA=OFF)"
+  constexpr bool built_with_cuda = false;  // a CUDA torch underneath changes nothing: no NCCL, no CUDA kernels
 #endif
-                            ));
-  if (want != DeviceKind::cpu && have_cuda) {
-    const int n = static_cast<int>(torch::cuda::device_count());
-    const int idx = local_rank_ % n;
-    if (local_size_ > n)
-      log::warn("{} ranks on node {} share {} GPUs", local_size_, hostname_, n);
+  const int visible =
+      built_with_cuda && torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  // Counted by every rank together (before any rank can refuse), so no rank is
+  // left waiting in the count.
+  const int node_gpus = (want != DeviceKind::cpu && built_with_cuda) ? count_node_gpus(visible_gpu_ids(visible), rank_)
+                                                                     : visible;
+  const DeviceChoice choice =
+      choose_device(want, built_with_cuda, visible, node_gpus, local_rank_, local_size_, hostname_);
+  if (!choice.error.empty()) throw Error(choice.error);
+  if (choice.cuda) {
 #ifdef LLMTRAIN_WITH_CUDA
-    CUDA_CHECK(cudaSetDevice(idx));
+    CUDA_CHECK(cudaSetDevice(choice.index));
 #endif
-    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(idx));
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(choice.index));
   } else {
     device_ = torch::Device(torch::kCPU);
   }
@@ -168,24 +240,9 @@ std::string Runtime::device_name() const {
   return "cpu (" + cpu_model() + ")";
 }
 
-namespace {
-// Every rank's `mine`, in rank order (collective).
-std::vector<std::string> allgather_strings(const std::string& mine, int world_size_) {
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(world_size_), offsets(world_size_, 0);
-  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD));
-  for (int r = 1; r < world_size_; ++r) offsets[r] = offsets[r - 1] + lens[r - 1];
-  std::string all(static_cast<size_t>(offsets.back() + lens.back()), '\0');
-  MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR,
-                           MPI_COMM_WORLD));
-  std::vector<std::string> names;
-  for (int r = 0; r < world_size_; ++r) names.push_back(all.substr(offsets[r], lens[r]));
-  return names;
-}
-}  // namespace
 
-std::vector<std::string> Runtime::all_device_names() const { return allgather_strings(device_name(), world_size_); }
-std::vector<std::string> Runtime::all_hostnames() const { return allgather_strings(hostname_, world_size_); }
+std::vector<std::string> Runtime::all_device_names() const { return allgather_strings(device_name(), MPI_COMM_WORLD); }
+std::vector<std::string> Runtime::all_hostnames() const { return allgather_strings(hostname_, MPI_COMM_WORLD); }
 
 void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 

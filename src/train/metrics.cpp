@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <queue>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -266,13 +268,53 @@ IterationMetrics Metrics::end_iter(int64_t iter, double loss, double lr, std::op
   return m;
 }
 
-nlohmann::json summarize_records(const nlohmann::json& records, int64_t warmup_iters) {
+WarmupSplit find_warmup(const std::vector<double>& dt_ms, int64_t max_skip) {
+  WarmupSplit w;
+  const int64_t n = static_cast<int64_t>(dt_ms.size());
+  // median[k] = median of dt_ms[k..n-1], for k = n-2 down to 1: a running median
+  // over two heaps as the tail grows (O(n log n); a run may have a million records).
+  std::vector<double> median(static_cast<size_t>(std::max<int64_t>(n, 0)), 0.0);
+  std::priority_queue<double> lower;                                       // the smaller half
+  std::priority_queue<double, std::vector<double>, std::greater<>> upper;  // the larger half
+  for (int64_t k = n - 1; k >= 1; --k) {
+    const double x = dt_ms[static_cast<size_t>(k)];
+    if (lower.empty() || x <= lower.top()) {
+      lower.push(x);
+    } else {
+      upper.push(x);
+    }
+    if (lower.size() > upper.size() + 1) {
+      upper.push(lower.top());
+      lower.pop();
+    } else if (upper.size() > lower.size()) {
+      lower.push(upper.top());
+      upper.pop();
+    }
+    median[static_cast<size_t>(k)] = lower.size() > upper.size() ? lower.top() : 0.5 * (lower.top() + upper.top());
+  }
+  // A tail of one iteration is its own median and says nothing: k <= n-2.
+  for (int64_t k = 1; k + 2 <= n; ++k) {
+    if (dt_ms[static_cast<size_t>(k)] <= (1.0 + kWarmupTolerance) * median[static_cast<size_t>(k)]) {
+      w.settled_after = k;
+      break;
+    }
+  }
+  if (n > 1) w.skipped = std::min<int64_t>(std::max<int64_t>(max_skip, 0), w.settled_after.value_or(1));
+  return w;
+}
+
+nlohmann::json summarize_records(const nlohmann::json& records, int64_t max_warmup_iters) {
   nlohmann::json s = nlohmann::json::object();
   const int64_t n = records.is_array() ? static_cast<int64_t>(records.size()) : 0;
   s["iterations"] = n;
-  // Skip warm-up only when iterations remain after it; say what was done.
-  const int64_t skip = (warmup_iters < n) ? warmup_iters : 0;
+  // Leave out the warm-up: the iterations before the step time settles, at most
+  // max_warmup_iters, never all of them; say what was done.
+  std::vector<double> dt_ms;
+  for (int64_t i = 0; i < n; ++i) dt_ms.push_back(num_or(records[static_cast<size_t>(i)], "dt_ms", 0.0));
+  const WarmupSplit warmup = find_warmup(dt_ms, max_warmup_iters);
+  const int64_t skip = warmup.skipped;
   s["warmup_iters_skipped"] = skip;
+  if (warmup.settled_after) s["step_time_settled_after"] = *warmup.settled_after;  // absent: never settled
   s["iterations_averaged"] = n - skip;
   if (n == 0) return s;
   double sum_dt = 0, sum_tokens = 0, sum_flop_ms = 0, sum_mfu_ms = 0, mfu_dt = 0, peak_mem = 0, peak_reserved = 0;
@@ -318,10 +360,10 @@ nlohmann::json summarize_records(const nlohmann::json& records, int64_t warmup_i
   return s;
 }
 
-nlohmann::json Metrics::summary(int64_t warmup_iters) const {
+nlohmann::json Metrics::summary(int64_t max_warmup_iters) const {
   nlohmann::json recs = nlohmann::json::array();
   for (const auto& m : history_) recs.push_back(m.to_json());
-  auto s = summarize_records(recs, warmup_iters);
+  auto s = summarize_records(recs, max_warmup_iters);
   s["flops_per_token"] = setup_.flops_per_token;
   s["num_devices"] = setup_.num_devices;
   if (s.contains("tokens_per_sec"))

@@ -50,6 +50,12 @@ std::string enable_tf32(torch::Device device) {
   return "fp32 matmuls: TF32 on CUDA (cuBLAS, cuDNN)";
 }
 
+bool tf32_matmuls_enabled(torch::Device device) {
+  if (!device.is_cuda()) return false;
+  return at::globalContext().float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) ==
+         at::Float32Precision::TF32;
+}
+
 LossScaler::LossScaler(bool enabled, Options o) : enabled_(enabled), opt_(o), scale_(o.init_scale) {
   LLMTRAIN_CHECK(o.init_scale > 0 && o.growth_factor > 1 && o.backoff_factor > 0 && o.backoff_factor < 1 &&
                      o.growth_interval > 0,

@@ -175,6 +175,7 @@ nlohmann::json make_startup_info(const Config& config, const ModelConfig& model,
   mfu["flops_per_token"] = metrics.flops_per_token;
   mfu["num_devices"] = metrics.num_devices;
   mfu["peak_source"] = metrics.peak.source;
+  if (!metrics.peak.basis.empty()) mfu["peak_basis"] = metrics.peak.basis;
   if (metrics.peak.tflops_per_device) {
     const double total = *metrics.peak.tflops_per_device * static_cast<double>(metrics.num_devices);
     mfu["peak_tflops_per_device"] = *metrics.peak.tflops_per_device;
@@ -227,16 +228,22 @@ std::string format_startup_block(const Config& config, const ModelConfig& model,
                                                         : env.attention_backend_used);
   s += fmt::format("FLOPs/token  : {:.4g} = 6N + 12LHQT (PaLM App. B, N = matmul params; 6 x all params = {:.4g})\n",
                    metrics.flops_per_token, metrics.flops_per_token_6n);
+  // Which peak applies and why: the table's source names its basis; an override
+  // or an unknown peak says it after.
+  const std::string peak_source =
+      metrics.peak.basis.empty() || metrics.peak.source.find(metrics.peak.basis) != std::string::npos
+          ? metrics.peak.source
+          : fmt::format("{}; matmuls: {}", metrics.peak.source, metrics.peak.basis);
   if (metrics.peak.tflops_per_device) {
     const double total = *metrics.peak.tflops_per_device * static_cast<double>(metrics.num_devices);
     s += fmt::format("peak         : {:g} TFLOP/s per device x {} = {:g} TFLOP/s [{}]\n",
-                     *metrics.peak.tflops_per_device, metrics.num_devices, total, metrics.peak.source);
+                     *metrics.peak.tflops_per_device, metrics.num_devices, total, peak_source);
     s += fmt::format("MFU          : tokens/s x FLOPs/token / peak, wall time between synchronized points; "
                      "50% MFU = {:.0f} tokens/s ({:.0f}/device)\n",
                      0.5 * total * 1e12 / metrics.flops_per_token,
                      0.5 * total * 1e12 / metrics.flops_per_token / static_cast<double>(metrics.num_devices));
   } else {
-    s += fmt::format("peak         : {}\n", metrics.peak.source);
+    s += fmt::format("peak         : {}\n", peak_source);
     s += "MFU          : unknown (no dense peak for this device); tokens/s and TFLOP/s are still measured\n";
   }
   s += "=======================================================";

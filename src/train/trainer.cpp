@@ -131,7 +131,8 @@ struct Trainer::Impl {
     setup.flops_per_token_6n = mcfg.flops_per_token_6n();
     setup.tokens_per_iter = cfg.tokens_per_iter(rt.world_size());
     setup.num_devices = rt.world_size();
-    setup.peak = resolve_peak(rt.device_name(), cfg.dtype, cfg.peak_tflops);
+    setup.peak = resolve_peak(rt.device_name(), cfg.dtype, cfg.peak_tflops,
+                              tf32_matmuls_enabled(device) ? Fp32Matmuls::tf32 : Fp32Matmuls::ieee);
     setup.device = device;
     metrics = std::make_unique<Metrics>(setup, comm.get());  // waits on collectives in a phase = communication
     RunEnvironment env;

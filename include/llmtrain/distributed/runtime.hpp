@@ -34,9 +34,11 @@ class Runtime {
   int mpi_thread_level() const { return thread_level_; }
   std::string mpi_version() const;
 
-  // Device for `want` (the config's device: auto|cpu|cuda): cuda:<local_rank %
-  // devices> where available. Also sets LibTorch's intra-op threads
-  // (`num_threads`, 0 = cores / local ranks). Call once, after the config is known.
+  // Device for `want` (the config's device: auto|cpu|cuda), as choose_device
+  // decides from what this node has; its refusals are thrown as Error (one line).
+  // Collective over the ranks (they count the node's GPUs together) unless
+  // `want` is cpu. Also sets LibTorch's intra-op threads (`num_threads`, 0 =
+  // cores / local ranks). Call once, after the config is known.
   torch::Device setup_device(DeviceKind want, int64_t num_threads);
   torch::Device device() const { return device_; }
   int num_threads() const { return num_threads_; }
@@ -85,6 +87,29 @@ class Runtime {
 // from the batch shell, does. Exposed for tests; LLMTRAIN_SKIP_SLURM_CHECK=1
 // disables it.
 std::string check_launch(int world_size, int rank, const std::function<const char*(const char*)>& getenv_fn);
+
+// Where one rank runs, decided from what its node has (pure: the tests give it
+// any device count).
+//   want            the config's device (auto | cpu | cuda)
+//   built_with_cuda this llmtrain was built with CUDA (LLMTRAIN_WITH_CUDA)
+//   visible_gpus    CUDA devices this process sees
+//   node_gpus       distinct GPUs the ranks of this node see together: the node's
+//                   GPUs when every rank sees all of them (srun's default),
+//                   one per rank when Slurm gives each task its own
+//                   (--gpus-per-task=1)
+//   local_rank, local_size, hostname   this rank among the ranks of its node
+// auto: CUDA when built with it and a GPU is visible, else the CPU (a build
+// without CUDA always uses the CPU). cuda: a GPU or an error. On CUDA every rank
+// needs a GPU of its own (NCCL refuses two ranks on one GPU with only "invalid
+// usage"): more ranks on a node than its GPUs is an error naming the node, the
+// counts and the fix. `error` empty: use `cuda` (and `index`), else refuse.
+struct DeviceChoice {
+  bool cuda = false;
+  int index = 0;      // CUDA device index among the visible ones
+  std::string error;  // one line; empty when the choice stands
+};
+DeviceChoice choose_device(DeviceKind want, bool built_with_cuda, int visible_gpus, int node_gpus, int local_rank,
+                           int local_size, const std::string& hostname);
 
 // Runs `body` with a Runtime; any exception on any rank prints its message
 // (naming the rank) and aborts the whole job with exit code 1, so no rank hangs

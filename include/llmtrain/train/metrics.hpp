@@ -155,9 +155,9 @@ class Metrics {
 
   const MetricsSetup& setup() const { return setup_; }
   const std::vector<IterationMetrics>& history() const { return history_; }
-  // The run log's "summary": means over iterations after the first
-  // `warmup_iters` recorded ones (all of them if there are no more).
-  nlohmann::json summary(int64_t warmup_iters) const;
+  // The run log's "summary": means over the iterations after the warm-up
+  // (find_warmup: until the step time settles, at most `max_warmup_iters`).
+  nlohmann::json summary(int64_t max_warmup_iters) const;
 
  private:
   Mark mark() const;
@@ -173,9 +173,27 @@ class Metrics {
   std::vector<IterationMetrics> history_;
 };
 
-// Summary of a list of training_iterations[] records (run log JSON), skipping
-// the first `warmup_iters` records: mean dt_ms, tokens/s, TFLOP/s, MFU, peak memory.
-nlohmann::json summarize_records(const nlohmann::json& records, int64_t warmup_iters);
+// The warm-up a run summary leaves out, read from the step times themselves.
+// The step time has settled at iteration k (k >= 1) when that iteration is no
+// more than kWarmupTolerance slower than the median of iterations k..n-1 (the
+// pace of the rest of the run; a median, so a later stall does not count). The
+// first such k, with at least one iteration after it, is `settled_after`: the
+// iterations before it (iteration 0 at least) are warm-up. None: the step time
+// never settled (every iteration slower than those after it, or 2 iterations
+// or fewer). Left out: min(settled_after, max_skip), or only iteration 0 when
+// it never settled; never all of them (a single iteration is kept), none when
+// max_skip is 0 (the warmup_report_iters key).
+constexpr double kWarmupTolerance = 0.10;
+struct WarmupSplit {
+  int64_t skipped = 0;                    // leading iterations the summary leaves out
+  std::optional<int64_t> settled_after;   // warm-up iterations the step times show; nullopt: never settled
+};
+WarmupSplit find_warmup(const std::vector<double>& dt_ms, int64_t max_skip);
+
+// Summary of a list of training_iterations[] records (run log JSON), leaving out
+// the warm-up (find_warmup on their dt_ms, at most `max_warmup_iters`): mean
+// dt_ms, tokens/s, TFLOP/s, MFU, peak memory.
+nlohmann::json summarize_records(const nlohmann::json& records, int64_t max_warmup_iters);
 
 // Console: the line printed every log_interval.
 std::string format_iteration_line(const IterationMetrics& m, int64_t max_iters);

@@ -34,6 +34,9 @@ class AutocastGuard {
 // cuDNN), as PyTorch's `torch.backends.cuda.matmul.allow_tf32 = True`. Returns
 // the line printed at start-up.
 std::string enable_tf32(torch::Device device);
+// Whether fp32 matmuls on `device` run on TF32 tensor cores now (CUDA with the
+// setting enable_tf32 makes; never on CPU): which peak MFU divides by.
+bool tf32_matmuls_enabled(torch::Device device);
 
 // Dynamic loss scaling for float16 (what torch.amp.GradScaler does): the loss is
 // multiplied by scale() before backward so small gradients survive fp16; the

@@ -25,8 +25,9 @@ struct RunSummary {
 };
 
 // Loads and checks one run log (load_run_log: Error naming the file on unreadable
-// JSON or a missing section) and condenses it. `warmup_iters` < 0: the log's own
-// warmup_report_iters.
+// JSON or a missing section) and condenses it. `warmup_iters`: the most
+// iterations left out as warm-up (find_warmup: those before the step time
+// settles, as the run's own summary); < 0: the log's own warmup_report_iters.
 RunSummary read_run_log(const std::string& path, int64_t warmup_iters);
 RunSummary summarize_run_log(const RunLogData& log, int64_t warmup_iters);
 
