@@ -14,6 +14,8 @@
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "core/mpi_util.hpp"
 #include <torch/torch.h>
 #ifdef LLMTRAIN_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -155,21 +157,6 @@ DeviceChoice choose_device(DeviceKind want, bool built_with_cuda, int visible_gp
 }
 
 namespace {
-// Every rank's `mine`, in rank order (collective over `comm`).
-std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm comm) {
-  int size = 0;
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(size), offsets(size, 0);
-  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
-  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lens[r - 1];
-  std::string all(static_cast<size_t>(offsets.back() + lens.back()), '\0');
-  MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, comm));
-  std::vector<std::string> names;
-  for (int r = 0; r < size; ++r) names.push_back(all.substr(offsets[r], lens[r]));
-  return names;
-}
-
 // PCI bus ids of the CUDA devices this process sees, ';'-separated.
 std::string visible_gpu_ids([[maybe_unused]] int visible) {
   std::string ids;
@@ -188,7 +175,7 @@ int count_node_gpus(const std::string& my_ids, int rank) {
   MPI_Comm local = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
   std::set<std::string> ids;
-  for (const auto& of_rank : allgather_strings(my_ids, local)) {
+  for (const auto& of_rank : mpi::allgather_strings(my_ids, local)) {
     size_t at = 0;
     for (size_t end; (end = of_rank.find(';', at)) != std::string::npos; at = end + 1)
       ids.insert(of_rank.substr(at, end - at));
@@ -241,8 +228,10 @@ std::string Runtime::device_name() const {
 }
 
 
-std::vector<std::string> Runtime::all_device_names() const { return allgather_strings(device_name(), MPI_COMM_WORLD); }
-std::vector<std::string> Runtime::all_hostnames() const { return allgather_strings(hostname_, MPI_COMM_WORLD); }
+std::vector<std::string> Runtime::all_device_names() const {
+  return mpi::allgather_strings(device_name(), MPI_COMM_WORLD);
+}
+std::vector<std::string> Runtime::all_hostnames() const { return mpi::allgather_strings(hostname_, MPI_COMM_WORLD); }
 
 void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
