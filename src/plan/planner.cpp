@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/distributed/memory_model.hpp"
+#include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/train/run_report.hpp"

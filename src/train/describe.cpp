@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "llmtrain/core/config.hpp"
-#include "llmtrain/distributed/memory_model.hpp"
+#include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/model/params.hpp"
 

@@ -12,7 +12,7 @@
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/distributed/memory_model.hpp"
+#include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/train/describe.hpp"

@@ -16,7 +16,7 @@
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/train/describe.hpp"
-#include "llmtrain/distributed/memory_model.hpp"
+#include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/plan/planner.hpp"
 #include "llmtrain/plan/scaling_law.hpp"

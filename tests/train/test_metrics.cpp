@@ -12,7 +12,7 @@
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/distributed/collectives.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/device_peaks.hpp"
+#include "llmtrain/prediction/device_peaks.hpp"
 #include "llmtrain/train/metrics.hpp"
 #include "llmtrain/train/run_log.hpp"
 #include "llmtrain/train/run_log_reader.hpp"

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
 
-#include "llmtrain/train/device_peaks.hpp"
+#include "llmtrain/prediction/device_peaks.hpp"
 
 namespace llmtrain {
 

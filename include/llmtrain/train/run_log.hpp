@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/distributed/run_observer.hpp"
-#include "llmtrain/train/device_peaks.hpp"
+#include "llmtrain/prediction/device_peaks.hpp"
 
 namespace llmtrain {
 

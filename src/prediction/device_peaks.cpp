@@ -1,4 +1,4 @@
-#include "llmtrain/train/device_peaks.hpp"
+#include "llmtrain/prediction/device_peaks.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "llmtrain/distributed/memory_model.hpp"
+#include "llmtrain/prediction/memory_model.hpp"
 
 #include <algorithm>
 #include <map>
