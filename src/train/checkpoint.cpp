@@ -20,12 +20,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -34,8 +37,10 @@
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
+#include "llmtrain/data/hdf5_mutex.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/train/run_log.hpp"
+#include "train/checkpoint_ops.hpp"
 
 namespace llmtrain {
 namespace fs = std::filesystem;
@@ -65,6 +70,21 @@ std::string bcast_from_root(const std::string& s) { return mpi::bcast_string(MPI
 
 }  // namespace
 
+// The asynchronous save (save_async): what its writer thread works with.
+struct Checkpointer::Async {
+  MPI_Comm comm = MPI_COMM_NULL;  // the writer thread's own: never interleaves with the training's collectives
+  std::thread writer;
+  CheckpointOps snapshot;
+  AsyncResult result;
+  std::atomic<bool> done{false};
+  ~Async() {
+    if (writer.joinable()) writer.join();
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm);
+  }
+};
+
 std::string checkpoint_file_name(int64_t iteration) { return fmt::format("ckpt_{:08d}.h5", iteration); }
 
 Checkpointer::Checkpointer(const std::string& out_dir, int64_t keep_last, const Runtime& rt, CheckpointRun run)
@@ -90,6 +110,8 @@ Checkpointer::Checkpointer(const std::string& out_dir, int64_t keep_last, const 
   if (!err.empty()) throw Error(err);
 }
 
+// A save still in flight when the run ends by an error is finished (its
+// writer's collectives need every rank, and every rank gets here).
 Checkpointer::~Checkpointer() = default;
 
 void Checkpointer::add(std::unique_ptr<Stateful> part) { parts_.push_back(std::move(part)); }
@@ -128,15 +150,15 @@ void Checkpointer::prune() const {
   }
 }
 
-std::string Checkpointer::save(int64_t iteration) {
-  torch::NoGradGuard no_grad;
+std::string Checkpointer::write_and_publish(int64_t iteration, MPI_Comm comm,
+                                            const std::function<void(CheckpointWriter&)>& write) {
   const std::string name = checkpoint_file_name(iteration);
   const fs::path final_path = fs::path(dir_) / name;
   const fs::path tmp_path = fs::path(dir_) / ("." + name + ".tmp");  // the same name on every rank
   try {
-    CheckpointWriter w(tmp_path.string(), rt_, iteration);
-    write_header(w);
-    for (const auto& part : parts_) part->save(w);
+    CheckpointWriter w(tmp_path.string(), rt_, iteration, comm);
+    write(w);
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     w.close();
   } catch (const std::exception& e) {
     // The older checkpoints and `latest` are untouched; the partial file goes.
@@ -146,7 +168,7 @@ std::string Checkpointer::save(int64_t iteration) {
                             latest_path().empty() ? std::string("no earlier checkpoint") : latest_path(), e.what()));
   }
   // Every rank's data is in the file: rank 0 makes it the checkpoint.
-  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Barrier(comm));
   std::string err;
   if (rt_.is_root()) {
     try {
@@ -159,10 +181,62 @@ std::string Checkpointer::save(int64_t iteration) {
       fs::remove(tmp_path, ec);
     }
   }
-  err = bcast_from_root(err);
+  err = mpi::bcast_string(comm, err, 0);
   if (!err.empty()) throw Error(err);
   return final_path.string();
 }
+
+std::string Checkpointer::save(int64_t iteration) {
+  wait();  // one save at a time; its outcome was the caller's to read
+  torch::NoGradGuard no_grad;
+  return write_and_publish(iteration, MPI_COMM_WORLD, [&](CheckpointWriter& w) {
+    write_header(w);
+    for (const auto& part : parts_) part->save(w);
+  });
+}
+
+// ---- asynchronous saves --------------------------------------------------------------
+
+
+void Checkpointer::save_async(int64_t iteration) {
+  wait();
+  if (!async_) {
+    async_ = std::make_unique<Async>();
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &async_->comm));
+  }
+  Async& a = *async_;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    torch::NoGradGuard no_grad;
+    a.snapshot.recycle();
+    CheckpointWriter rec(a.snapshot, rt_, iteration);
+    write_header(rec);
+    for (const auto& part : parts_) part->save(rec);
+    if (a.snapshot.any_cuda) torch::cuda::synchronize();  // the device -> pinned host copies are done
+  }
+  a.result = AsyncResult{};
+  a.result.iteration = iteration;
+  a.result.snapshot_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  a.done = false;
+  a.writer = std::thread([this, &a, iteration] {
+    const auto t1 = std::chrono::steady_clock::now();
+    try {
+      a.result.path = write_and_publish(iteration, a.comm, [&](CheckpointWriter& w) { w.replay(a.snapshot); });
+    } catch (const std::exception& e) {
+      a.result.error = e.what();
+    }
+    a.result.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    a.done = true;
+  });
+}
+
+std::optional<Checkpointer::AsyncResult> Checkpointer::wait() {
+  if (!async_ || !async_->writer.joinable()) return std::nullopt;
+  async_->writer.join();
+  return async_->result;
+}
+
+bool Checkpointer::async_busy() const { return async_ && async_->writer.joinable() && !async_->done; }
 
 // Rank 0's verdict on a file before every rank reads it collectively: "" when
 // every part can load it; "corrupt: ..." when it cannot be read; "mismatch: ..."

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <map>
 
@@ -11,7 +12,10 @@
 #include <torch/torch.h>
 
 #include "core/hdf5_util.hpp"
+#include "train/checkpoint_ops.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/core/fault.hpp"
+#include "llmtrain/data/hdf5_mutex.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/train/checkpoint.hpp"
 
@@ -86,6 +90,7 @@ h5::AttrReader attr_reader(const std::string& path) {
 
 struct CheckpointWriter::File {
   H5Id file;
+  MPI_Comm comm = MPI_COMM_WORLD;
   std::map<std::string, H5Id> groups;  // open until the file closes
   H5Id collective, independent;        // transfer property lists
   hid_t group(const std::string& path) {
@@ -99,9 +104,13 @@ struct CheckpointWriter::File {
   }
 };
 
-CheckpointWriter::CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration)
+CheckpointWriter::CheckpointWriter(CheckpointOps& ops, const Runtime& rt, int64_t iteration)
+    : record_(&ops), rank_(rt.rank()), world_size_(rt.world_size()), iteration_(iteration) {}
+
+CheckpointWriter::CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration, MPI_Comm comm)
     : f_(std::make_unique<File>()), rank_(rt.rank()), world_size_(rt.world_size()), iteration_(iteration) {
-  H5Id fapl = h5::make_mpio_fapl(MPI_COMM_WORLD);
+  f_->comm = comm;
+  H5Id fapl = h5::make_mpio_fapl(comm);
   // Large datasets start on 1 MiB boundaries (file-system stripes, MPI-IO aggregation).
   H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
   const hid_t fid = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -116,24 +125,55 @@ CheckpointWriter::CheckpointWriter(const std::string& path, const Runtime& rt, i
 
 CheckpointWriter::~CheckpointWriter() = default;
 
+void CheckpointWriter::replay(const CheckpointOps& ops) {
+  using K = CheckpointOps::Kind;
+  // The test fault point: this rank dies half-way through writing the file.
+  const bool kill_half_way = fault::hit(fault::Point::kill_during_save, rank_, iteration_);
+  for (size_t i = 0; i < ops.ops.size(); ++i) {
+    if (kill_half_way && i == ops.ops.size() / 2) std::raise(SIGKILL);
+    const auto& op = ops.ops[i];
+    // One HDF5 call sequence at a time in the process (the loader's workers read
+    // shards meanwhile); taken per call so that they wait for one tensor at most.
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    switch (op.kind) {
+      case K::attr_i64: attr(op.group, op.name.c_str(), op.i64); break;
+      case K::attr_f64: attr(op.group, op.name.c_str(), op.f64); break;
+      case K::attr_str: attr(op.group, op.name.c_str(), op.str); break;
+      case K::tensor: tensor(op.group, op.name, op.shape, op.offset, op.data); break;
+      case K::rank_row: rank_row(op.group, op.name, op.row); break;
+    }
+  }
+}
+
 void CheckpointWriter::close() {
+  if (record_) return;
   f_->groups.clear();  // every object must be closed before the file (MPI-IO closes "semi")
   // H5Fclose flushes the last metadata: its error (a full disk) is the save's.
   if (f_->file.close() < 0) throw Error("closing the file failed (disk full?)");
 }
 
 void CheckpointWriter::attr(const std::string& group, const char* name, int64_t v) {
+  if (record_) return record_->ops.push_back({CheckpointOps::Kind::attr_i64, group, name, v});
   h5::write_attr(f_->group(group), name, v);
 }
 void CheckpointWriter::attr(const std::string& group, const char* name, double v) {
+  if (record_) return record_->ops.push_back({CheckpointOps::Kind::attr_f64, group, name, 0, v});
   h5::write_attr(f_->group(group), name, v);
 }
 void CheckpointWriter::attr(const std::string& group, const char* name, const std::string& v) {
+  if (record_) return record_->ops.push_back({CheckpointOps::Kind::attr_str, group, name, 0, 0, v});
   h5::write_attr(f_->group(group), name, v, h5::StrPad::nullpad);
 }
 
 void CheckpointWriter::tensor(const std::string& group, const std::string& name, const std::vector<int64_t>& shape,
                               int64_t offset, const torch::Tensor& part) {
+  if (record_) {
+    CheckpointOps::Op op{CheckpointOps::Kind::tensor, group, name};
+    op.shape = shape;
+    op.offset = offset;
+    if (part.defined() && part.numel() > 0) op.data = record_->host_copy(part);
+    return record_->ops.push_back(std::move(op));
+  }
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   H5Id fspace(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
   H5Id d(H5_CHECK(H5Dcreate2(f_->group(group), name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, H5P_DEFAULT,
@@ -148,8 +188,13 @@ void CheckpointWriter::tensor(const std::string& group, const std::string& name,
 }
 
 void CheckpointWriter::rank_row(const std::string& group, const std::string& name, const std::vector<uint8_t>& row) {
+  if (record_) {
+    CheckpointOps::Op op{CheckpointOps::Kind::rank_row, group, name};
+    op.row = row;
+    return record_->ops.push_back(std::move(op));
+  }
   int64_t len = static_cast<int64_t>(row.size()), maxlen = 0;
-  MPI_CHECK(MPI_Allreduce(&len, &maxlen, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(&len, &maxlen, 1, MPI_INT64_T, MPI_MAX, f_->comm));
   LLMTRAIN_CHECK(len == maxlen, "checkpoint: rows of '{}' differ across ranks ({} vs {} bytes)", join(group, name),
                  len, maxlen);
   hsize_t dims[2] = {static_cast<hsize_t>(world_size_), static_cast<hsize_t>(len)};

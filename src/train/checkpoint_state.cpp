@@ -82,7 +82,9 @@ void StrategyCheckpoint::save(CheckpointWriter& w) {
   };
   write(StateTensor::weights, false);
   w.attr("optimizer", "steps", strategy_.optimizer_steps());
-  write(StateTensor::exp_avg, fault::hit(fault::Point::kill_during_save, w.rank(), w.iteration()));
+  // (An asynchronous save's snapshot is not the write: its writer thread dies there instead.)
+  write(StateTensor::exp_avg,
+        !w.recording() && fault::hit(fault::Point::kill_during_save, w.rank(), w.iteration()));
   write(StateTensor::exp_avg_sq, false);
 }
 

@@ -86,6 +86,7 @@ struct Trainer::Impl {
   TrainState state;                          // state.iteration = the next iteration to run
   std::optional<LoadedCheckpoint> resumed;
   int64_t last_saved_iteration = -1;
+  std::string async_reason;  // why the asynchronous save in flight was taken
   int64_t consecutive_bad_steps = 0;
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
 
@@ -199,18 +200,50 @@ struct Trainer::Impl {
               resumed->strategy, resumed->world_size);
   }
 
-  // Saves the training state after state.iteration iterations (once per iteration).
-  std::string save_checkpoint(const char* why) {
+  // Saves the training state after state.iteration iterations (once per
+  // iteration). With checkpoint_async, saves that allow it (evaluations,
+  // checkpoint_interval) only take the snapshot here; their outcome is recorded
+  // when the next save or the end of the run waits for them. Returns the path
+  // ("" for an asynchronous save still being written).
+  std::string save_checkpoint(const char* why, bool may_async = false) {
+    collect_async_save();
     const std::string dir_latest = checkpointer->latest_path();
     if (last_saved_iteration == state.iteration && !dir_latest.empty()) return dir_latest;
     rt.watchdog().activity(fmt::format("checkpoint save after iteration {} ({})", state.iteration, why));
     const auto t0 = std::chrono::steady_clock::now();
+    if (may_async && cfg.checkpoint_async) {
+      checkpointer->save_async(state.iteration);
+      async_reason = why;
+      last_saved_iteration = state.iteration;
+      return "";
+    }
     const std::string path = checkpointer->save(state.iteration);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last_saved_iteration = state.iteration;
     run_log->add_checkpoint({{"iter", state.iteration}, {"path", path}, {"reason", why}, {"seconds", seconds}});
     log::info("checkpoint {} ({}, {:.2f} s)", path, why, seconds);
     return path;
+  }
+
+  // Waits for the asynchronous save in flight, if any, and records it. Every
+  // rank calls it at the same points and gets the same outcome. A failed save
+  // is a warning: training goes on and the next save retries.
+  void collect_async_save() {
+    const auto r = checkpointer->wait();
+    if (!r) return;
+    if (!r->error.empty()) {
+      if (last_saved_iteration == r->iteration) last_saved_iteration = -1;
+      const std::string msg = fmt::format("the asynchronous checkpoint after iteration {} failed; training goes on "
+                                          "and the next save retries: {}", r->iteration, r->error);
+      run_log->add_event({{"iter", r->iteration}, {"kind", "checkpoint_failed"}, {"message", msg}});
+      log::warn("{}", msg);
+      return;
+    }
+    run_log->add_checkpoint({{"iter", r->iteration}, {"path", r->path}, {"reason", async_reason},
+                             {"seconds", r->snapshot_seconds}, {"async", true},
+                             {"write_seconds", r->write_seconds}});
+    log::info("checkpoint {} ({}, asynchronous: {:.2f} s blocking, {:.2f} s written in the background)", r->path,
+              async_reason, r->snapshot_seconds, r->write_seconds);
   }
 
   // A split that cannot give one window of block_size + 1 tokens (empty, or
@@ -473,7 +506,7 @@ struct Trainer::Impl {
                             result.final_train_loss, result.final_val_loss));
     const bool improved = result.final_val_loss < state.best_val_loss;
     if (improved) state.best_val_loss = result.final_val_loss;
-    if (improved || cfg.always_save_checkpoint) save_checkpoint(improved ? "val loss improved" : "evaluation");
+    if (improved || cfg.always_save_checkpoint) save_checkpoint(improved ? "val loss improved" : "evaluation", /*may_async=*/true);
     run_log->flush(/*force=*/true);
   }
 
@@ -482,7 +515,7 @@ struct Trainer::Impl {
   void checkpoint_on_interval(const IterationMetrics& it) {
     if (cfg.checkpoint_interval <= 0 || state.iteration % cfg.checkpoint_interval != 0 || !it.bad_step.empty())
       return;
-    save_checkpoint("checkpoint_interval");
+    save_checkpoint("checkpoint_interval", /*may_async=*/true);
     run_log->flush(/*force=*/true);
   }
 
@@ -506,6 +539,7 @@ struct Trainer::Impl {
   // stopped the run early.
   TrainResult finish_run(TrainResult result) {
     rt.watchdog().activity("end of the run: summary, run log");
+    if (checkpointer) collect_async_save();  // the run ends when its last checkpoint is on disk
     const auto summary = metrics->summary(cfg.warmup_report_iters);
     auto s = summary;
     s["bad_steps"] = state.bad_steps;

@@ -19,10 +19,13 @@
 // warning. Because tensors are stored whole, any strategy and world size loads
 // what any other wrote.
 #pragma once
+#include <mpi.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <functional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +36,7 @@
 namespace llmtrain {
 
 class Runtime;
+struct CheckpointOps;
 
 // What a part writes through. Every call is collective: every rank makes the
 // same calls with the same names, shapes and attribute values (parallel HDF5
@@ -44,6 +48,7 @@ class CheckpointWriter {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   int64_t iteration() const { return iteration_; }  // the iteration being saved
+  bool recording() const { return record_ != nullptr; }  // an asynchronous save's snapshot, not the file
   // Scalar attributes (strings fixed-length, NUL-padded).
   void attr(const std::string& group, const char* name, int64_t v);
   void attr(const std::string& group, const char* name, double v);
@@ -60,9 +65,15 @@ class CheckpointWriter {
  private:
   friend class Checkpointer;
   struct File;
-  CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration);
+  // Writes the file `path` through MPI-IO over `comm` (every rank of the run).
+  CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration, MPI_Comm comm);
+  // Records every call into `ops` instead, tensors copied off the device (an
+  // asynchronous save's snapshot; nothing is collective then).
+  CheckpointWriter(CheckpointOps& ops, const Runtime& rt, int64_t iteration);
+  void replay(const CheckpointOps& ops);  // makes the recorded calls on this file
   void close();  // throws when the file's last write-back fails (a full disk)
   std::unique_ptr<File> f_;
+  CheckpointOps* record_ = nullptr;
   int rank_, world_size_;
   int64_t iteration_;
 };
@@ -173,8 +184,27 @@ class Checkpointer {
   // Collective. Writes checkpoints/ckpt_<iteration>.h5 (every part its piece),
   // renames it into place, moves `latest`, prunes to keep_last. Returns the
   // path. Throws Error naming the file on any failure; the previous
-  // checkpoints are untouched then.
+  // checkpoints are untouched then. Waits for an asynchronous save in flight first.
   std::string save(int64_t iteration);
+
+  // An asynchronous save (checkpoint_async=true; torchtitan's and Megatron's
+  // async checkpointing). Collective. Waits for the save in flight, then copies
+  // every part's state (device -> pinned host memory on CUDA, a host copy on
+  // CPU: the blocking part) and returns; a thread of its own writes the copy
+  // and publishes it as save() does, over a communicator of its own, while
+  // training goes on. The outcome is read by wait() (or the next save).
+  void save_async(int64_t iteration);
+  struct AsyncResult {
+    int64_t iteration = -1;
+    std::string path;       // the published checkpoint ("" when it failed)
+    std::string error;      // why it failed, naming the file (the same on every rank)
+    double snapshot_seconds = 0;  // the blocking copy
+    double write_seconds = 0;     // the background write and publish
+  };
+  // Collective. Joins the save in flight; nullopt when none was.
+  std::optional<AsyncResult> wait();
+  // Rank-local and never blocks: whether a save is in flight and not yet done.
+  bool async_busy() const;
 
   // Collective. Loads the newest loadable checkpoint into every part and
   // returns what it said; nullopt when the directory holds no checkpoint at
@@ -191,12 +221,18 @@ class Checkpointer {
   std::string inspect(const std::string& path) const;  // rank 0's verdict on one file
   std::string choose(std::string& verdict) const;      // rank 0: the newest loadable file
   void prune() const;
+  // Writes `tmp` (through `write`), then publishes it; every rank returns the same error text.
+  std::string write_and_publish(int64_t iteration, MPI_Comm comm, const std::function<void(CheckpointWriter&)>& write);
 
   std::string dir_;
   int64_t keep_last_;
   const Runtime& rt_;
   CheckpointRun run_;
   std::vector<std::unique_ptr<Stateful>> parts_;
+  // The asynchronous save: its own communicator (a duplicate of the world), the
+  // thread writing, the snapshot it writes, and the host buffers reused by the next.
+  struct Async;
+  std::unique_ptr<Async> async_;
 };
 
 // "ckpt_00000120.h5"
