@@ -20,7 +20,8 @@
                   from 2 ranks onto 1 it resumes bit for bit as from a synchronous
                   save (and the straight run within fp32 tolerance); the run log records each save as
                   asynchronous; a rank SIGKILLed half way through a background
-                  write leaves the previous checkpoint `latest` and loadable.
+                  write leaves the previous checkpoint `latest` and loadable, and
+                  keep_last deletes older checkpoints only after a newer one is complete.
   nan             a NaN loss skips the update on every rank and is counted;
                   max_bad_steps in a row stops the run naming the last good checkpoint.
   bad_input       a model that does not match the checkpoint, a truncated newest
@@ -192,11 +193,13 @@ elif case == "async":
         flags = [*COMMON, "--batch_size=4", *STRATEGY[strat]]
         tag = f"{strat}_np2"
         e.train(2, data, f"{tag}_full", *flags, "--max_iters=6")
-        _, log = e.train(2, data, f"{tag}_part", *flags, *ASYNC[len(COMMON):], "--max_iters=3")
+        _, log = e.train(2, data, f"{tag}_part", *flags, *ASYNC[len(COMMON):], "--max_iters=3", "--keep_last=2")
         saved = [c for c in log["checkpoints"] if c.get("async")]
         assert [c["iter"] for c in saved] == [1, 2, 3], log["checkpoints"]
         assert all("write_seconds" in c and c["path"].endswith(f"ckpt_{c['iter']:08d}.h5") for c in saved), saved
         assert latest(f"{tag}_part") == "ckpt_00000003.h5", os.listdir(ckpt_dir(f"{tag}_part"))
+        kept = sorted(n for n in os.listdir(ckpt_dir(f"{tag}_part")) if n.startswith("ckpt_"))
+        assert kept == ["ckpt_00000002.h5", "ckpt_00000003.h5"], f"keep_last=2 kept {kept}"
         p, _ = e.train(2, data, f"{tag}_part", *flags, *ASYNC[len(COMMON):], "--max_iters=6", "--init_from=resume")
         assert "resumed from" in p.stdout and "ckpt_00000003.h5" in p.stdout, p.stdout
         a, b = e.losses(e.run_logs(f"{tag}_full")), e.losses(e.run_logs(f"{tag}_part"))
@@ -226,13 +229,13 @@ elif case == "async":
     print("2 ranks (ZeRO-1, asynchronous saves) -> 1 rank (DDP): resumes bit for bit as from a synchronous save, "
           "and follows the straight run within fp32 tolerance")
     # A rank killed while the background thread writes iteration 4's file.
-    flags = [*ASYNC, "--max_iters=8", "--checkpoint_interval=2"]
+    flags = [*ASYNC, "--max_iters=8", "--checkpoint_interval=2", "--keep_last=1"]
     p, _ = e.train(2, data, "killed", *flags, expect_ok=False, env={"LLMTRAIN_TEST_KILL_DURING_SAVE": "1:4"})
     assert p.returncode != 0, "the run went on although a rank was killed"
     names = sorted(os.listdir(ckpt_dir("killed")))
     assert latest("killed") == "ckpt_00000002.h5" and "ckpt_00000004.h5" not in names, names
     print(f"rank 1 killed while its writer thread wrote iteration 4's checkpoint: exit {p.returncode}, latest "
-          f"still {latest('killed')}")
+          f"still {latest('killed')} (keep_last=1 deleted nothing before a newer one was complete)")
     p, _ = e.train(2, data, "killed", *flags, "--init_from=resume")
     assert "resumed from" in p.stdout and "ckpt_00000002.h5" in p.stdout, p.stdout
     assert not any(n.startswith(".") for n in os.listdir(ckpt_dir("killed"))), "the half-written file was not removed"
