@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -61,6 +62,41 @@ std::string config_label(const Config& c, const std::string& backend_used) {
   if (c.use_cuda_graphs) s += "+cuda_graphs";
   if (c.strategy() != StrategyKind::ddp) s += std::string("+") + to_string(c.strategy());
   return s;
+}
+
+// JSON has no NaN or infinity (nlohmann writes them as null): a non-finite
+// number (NaN weights give a NaN loss) is left out of its object, whose
+// "non_finite" lists the keys left out, as docs/run-log.md says.
+void drop_non_finite(nlohmann::json& j) {
+  if (j.is_array()) {
+    for (auto& e : j) drop_non_finite(e);
+    return;
+  }
+  if (!j.is_object()) return;
+  std::vector<std::string> dropped;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it->is_number_float() && !std::isfinite(it->get<double>()))
+      dropped.push_back(it.key());
+    else
+      drop_non_finite(*it);
+  }
+  if (dropped.empty()) return;
+  for (const auto& k : dropped) j.erase(k);
+  auto& list = j["non_finite"];
+  for (auto& k : dropped) list.push_back(std::move(k));
+}
+
+bool has_non_finite(const nlohmann::json& j) {
+  if (j.is_number_float()) return !std::isfinite(j.get<double>());
+  if (!j.is_structured()) return false;
+  for (const auto& e : j)
+    if (has_non_finite(e)) return true;
+  return false;
+}
+
+nlohmann::json finite_only(nlohmann::json j) {
+  drop_non_finite(j);
+  return j;
 }
 
 std::string human_count(double n) {
@@ -275,13 +311,13 @@ void RunLog::add_iteration(const nlohmann::json& record) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!enabled_) return;
   iterations_text_ += num_iterations_ == 0 ? "\n    " : ",\n    ";
-  iterations_text_ += record.dump();
+  iterations_text_ += has_non_finite(record) ? finite_only(record).dump() : record.dump();
   ++num_iterations_;
 }
 
 void RunLog::add_eval(const nlohmann::json& result) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) eval_results_.push_back(result);
+  if (enabled_) eval_results_.push_back(finite_only(result));
 }
 
 void RunLog::add_error(const std::string& message) {
@@ -291,17 +327,17 @@ void RunLog::add_error(const std::string& message) {
 
 void RunLog::add_checkpoint(const nlohmann::json& record) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) checkpoints_.push_back(record);
+  if (enabled_) checkpoints_.push_back(finite_only(record));
 }
 
 void RunLog::add_event(const nlohmann::json& record) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) events_.push_back(record);
+  if (enabled_) events_.push_back(finite_only(record));
 }
 
 void RunLog::set_summary(nlohmann::json summary) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) summary_ = std::move(summary);
+  if (enabled_) summary_ = finite_only(std::move(summary));
 }
 
 void RunLog::record_failure(int rank, const std::string& message) {
