@@ -131,7 +131,7 @@ nlohmann::json library_versions() {
                               at::hasMKLDNN() ? " + oneDNN" : "", at::get_num_threads());
   v["mpi"] = mpi_library_version();
   unsigned maj = 0, min = 0, rel = 0;
-  H5get_libversion(&maj, &min, &rel);
+  H5_LOCKED(H5get_libversion(&maj, &min, &rel));
   v["hdf5"] = fmt::format("{}.{}.{}", maj, min, rel);
 #ifdef LLMTRAIN_WITH_CUDA
   int nccl = 0;
