@@ -4,6 +4,8 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include "core/hdf5_util.hpp"  // defines: H5_LOCKED
+
 namespace llmtrain::detail {
 
 int world_rank_or_unknown() {

@@ -75,11 +75,11 @@ std::string unreadable_reason(const fs::path& p) {
   std::error_code ec, lec;
   const auto st = fs::status(p, ec);
   if (ec || !fs::exists(st)) {
-    const std::string why = ec ? ec.message() : "does not exist";
+    const bool missing = !ec || ec.value() == ENOENT;
     if (fs::is_symlink(fs::symlink_status(p, lec)))
       return fmt::format("a symlink to '{}' that cannot be followed ({})", fs::read_symlink(p, lec).string(),
-                         ec && ec.value() != ENOENT ? why : "its target does not exist");
-    return why;
+                         missing ? "its target does not exist" : ec.message());
+    return missing ? "does not exist" : ec.message();
   }
   if (!fs::is_regular_file(st)) return file_kind(st.type());
   const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -99,6 +99,7 @@ struct InputList {
 // symlink to a directory, which is not followed) is skipped and named.
 void list_directory(const fs::path& in, const std::function<bool(const fs::path&)>& wanted, InputList& out) {
   std::vector<fs::path> found;
+  const size_t first_skip = out.skipped.size();
   std::error_code ec;
   auto it = fs::recursive_directory_iterator(in, ec);
   if (ec) throw DataError(fmt::format("input directory '{}' cannot be read: {}", in.string(), ec.message()));
@@ -116,14 +117,15 @@ void list_directory(const fs::path& in, const std::function<bool(const fs::path&
       continue;
     }
     if (hidden || !wanted(p)) continue;
-    std::string why = unreadable_reason(p);
-    if (why.empty() && link && fs::is_directory(p, lec)) why = "a symlink to a directory (not followed)";
+    const std::string why =
+        link && fs::is_directory(p, lec) ? "a symlink to a directory (not followed)" : unreadable_reason(p);
     if (why.empty())
       found.push_back(p);
     else
       out.skipped.push_back(fmt::format("{}: {}", p.string(), why));
   }
   std::sort(found.begin(), found.end());
+  std::sort(out.skipped.begin() + static_cast<std::ptrdiff_t>(first_skip), out.skipped.end());
   for (const auto& p : found) out.files.push_back({p.string(), 0, 0, is_jsonl(p)});
 }
 

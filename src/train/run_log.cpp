@@ -26,6 +26,7 @@
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/atomic_file.hpp"
+#include "core/hdf5_util.hpp"           // defines: H5_LOCKED
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/train/metrics.hpp"

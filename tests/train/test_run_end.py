@@ -82,11 +82,10 @@ elif case == "completed":
 elif case == "eval_only":
     data = e.prepare()
     e.train(2, data, "out", *COMMON, "--max_iters=4", "--checkpoint_interval=4")
-    p, log = e.train(2, data, "out", *COMMON, "--init_from=resume", "--eval_only=True", "--eval_iters=3",
-                     "--batch_size=2", "--block_size=64")
+    p, log = e.train(2, data, "out", *COMMON, "--init_from=resume", "--eval_only=True", "--eval_iters=3")
     s = log["summary"]
-    # eval_iters x accumulation x batch_size x block_size x ranks, per split
-    per_split = 3 * 1 * 2 * 64 * 2
+    # eval_iters x accumulation x batch_size x block_size x ranks, per split (tiny_llama.cfg: batch 8, block 128)
+    per_split = 3 * 1 * 8 * 128 * 2
     assert s.get("status") == "completed" and s.get("eval_only") is True and s.get("iteration") == 4, s
     assert s.get("train_tokens") == per_split and s.get("val_tokens") == per_split, s
     assert s.get("tokens_evaluated") == 2 * per_split, s

@@ -5,8 +5,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmtrain/core/hdf5_mutex.hpp"
-
 namespace llmtrain {
 
 // Base of all llmtrain errors; what() is a complete, user-facing sentence.
@@ -45,11 +43,7 @@ void check_cuda(int rc, const char* call, const char* file, int line);
 
 #define MPI_CHECK(call) ::llmtrain::detail::check_mpi((call), #call, __FILE__, __LINE__)
 // Returns the call's value (an hid_t or herr_t) so it can wrap H5*open/create.
-// The call and the reading of HDF5's error stack hold hdf5_mutex() (HDF5 is not
-// thread-safe); H5_LOCKED(expr) evaluates an unchecked HDF5 expression under it.
-#define H5_CHECK(call) \
-  ::llmtrain::detail::hdf5_locked([&] { return ::llmtrain::detail::check_h5((call), #call, __FILE__, __LINE__); })
-#define H5_LOCKED(expr) ::llmtrain::detail::hdf5_locked([&] { return (expr); })
+#define H5_CHECK(call) ::llmtrain::detail::check_h5((call), #call, __FILE__, __LINE__)
 #define NCCL_CHECK(call) ::llmtrain::detail::check_nccl(static_cast<int>(call), #call, __FILE__, __LINE__)
 #define CUDA_CHECK(call) ::llmtrain::detail::check_cuda(static_cast<int>(call), #call, __FILE__, __LINE__)
 // Precondition inside llmtrain: throws llmtrain::Error with the message.

@@ -4,7 +4,8 @@
 // the training thread writes checkpoints, opens evaluation loaders, prepares data.
 //
 // Every HDF5 call in llmtrain goes through H5_CHECK (checked) or H5_LOCKED
-// (unchecked: predicates, sizes, closers), which hold this lock for the call and,
+// (unchecked: predicates, sizes, closers), as src/core/hdf5_util.hpp defines
+// them: they hold this lock for the call and,
 // for H5_CHECK, for reading HDF5's error stack after it; h5::H5Id closes under
 // it. The lock is recursive, so a function may also hold it across a sequence
 // of calls (a shard read: open, select, read). tests/core/check_hdf5_lock.py
