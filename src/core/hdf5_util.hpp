@@ -19,7 +19,7 @@
 #undef H5_CHECK
 #define H5_CHECK(call) \
   ::llmtrain::detail::hdf5_locked([&] { return ::llmtrain::detail::check_h5((call), #call, __FILE__, __LINE__); })
-#define H5_LOCKED(expr) ::llmtrain::detail::hdf5_locked([&] { return (expr); })
+#define H5_LOCKED(...) ::llmtrain::detail::hdf5_locked([&] { return (__VA_ARGS__); })
 
 namespace llmtrain::h5 {
 
