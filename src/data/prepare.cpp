@@ -107,7 +107,7 @@ void list_directory(const fs::path& in, const std::function<bool(const fs::path&
     if (ec) throw DataError(fmt::format("input directory '{}' cannot be read: {}", in.string(), ec.message()));
     const fs::path& p = it->path();
     bool hidden = false;
-    for (const auto& part : fs::relative(p, in)) hidden = hidden || part.string().rfind('.', 0) == 0;
+    for (const auto& part : p.lexically_relative(in)) hidden = hidden || part.string().rfind('.', 0) == 0;
     std::error_code lec;
     const bool link = fs::is_symlink(it->symlink_status(lec));
     if (!link && it->is_directory(lec)) {
