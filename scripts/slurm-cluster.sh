@@ -11,11 +11,14 @@
 # on or sends to an address outside these namespaces. Files (config, state,
 # spools, logs, pid files, munge key) all live under STATE_DIR.
 #
-#   start STATE_DIR [--nodes N] [--cpus C] [--slurmd-timeout S]
+#   start STATE_DIR [--nodes N] [--cpus C] [--slurmd-timeout S] [--share PATH]...
 #         N hosts node1..nodeN (default 3) with C CPUs each (default 2), on
 #         10.77.0.11.. behind the login host 10.77.0.1; waits until every node
 #         is idle. A node that stops answering is DOWN after S seconds
-#         (SlurmdTimeout, default 10; Slurm's own default is 300).
+#         (SlurmdTimeout, default 10; Slurm's own default is 300). Each host
+#         has a /tmp of its own; STATE_DIR and every --share PATH (the
+#         checkout, the build, the jobs' working directories) stay visible on
+#         every host even where they lie under /tmp.
 #   stop STATE_DIR          stops every process of the cluster's namespaces and
 #                           deletes the namespaces.
 #   status STATE_DIR        sinfo + squeue.
@@ -37,7 +40,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 1
 }
 cmd=${1:-}; dir=${2:-}
@@ -61,15 +64,29 @@ ns_node() { echo "llmt$tag-$1"; }
 nodes() { [[ -f "$dir/nodes" ]] && cat "$dir/nodes"; }
 
 # in_host NS HOSTNAME CMD... : CMD inside network namespace NS with its own
-# hostname and /etc/hosts (private UTS + mount namespaces).
+# hostname, /etc/hosts and /tmp (private UTS + mount namespaces). The host's
+# /tmp is its directory under $dir/tmp, except for the shared paths (tmp_shares)
+# that lie under the machine's /tmp: the cluster's own directory and every
+# `start --share PATH`, bound into the host's /tmp first so that a checkout or
+# build under /tmp stays visible on every host.
 in_host() {
-  local ns=$1 name=$2; shift 2
+  local ns=$1 name=$2 rels; shift 2
+  mapfile -t rels < <(tmp_shares)
   # nsenter, not `ip netns exec`: the latter remounts /sys, hiding the cgroup
   # file system that slurmd reads.
   # shellcheck disable=SC2016  # $1.. belong to the inner shell
   nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private \
-    /bin/bash -c 'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" /tmp && shift 3 && exec "$@"' \
-    _ "$name" "$dir/hosts" "$dir/tmp/$name" "$@"
+    /bin/bash -c 'set -e; hostname "$1"; mount --bind "$2" /etc/hosts; tmp=$3; n=$4; shift 4
+      for rel in "${@:1:n}"; do mkdir -p "$tmp$rel"; mount --bind "/tmp$rel" "$tmp$rel"; done
+      shift "$n"; mount --rbind "$tmp" /tmp; exec "$@"' \
+    _ "$name" "$dir/hosts" "$dir/tmp/$name" "${#rels[@]}" "${rels[@]}" "$@"
+}
+
+# tmp_shares: the shared paths under /tmp, as /REL (relative to /tmp), outermost
+# only, read from $dir/shares (written by start) plus $dir itself.
+tmp_shares() {
+  { echo "$dir"; [[ -f "$dir/shares" ]] && cat "$dir/shares"; } | LC_ALL=C sort -u |
+    awk '/^\/tmp\// { p = substr($0, 5); for (s in kept) if (index(p "/", s "/") == 1) next; kept[p]; print p }'
 }
 
 login_env() { export SLURM_CONF=$dir/slurm.conf; }
@@ -106,11 +123,14 @@ do_stop() {
 
 do_start() {
   local nnodes=3 cpus=2 slurmd_timeout=10
+  rm -f "$dir/shares"
   while (($#)); do
     case "$1" in
       --nodes) nnodes=${2:?--nodes needs a number}; shift 2 ;;
       --cpus) cpus=${2:?--cpus needs a number}; shift 2 ;;
       --slurmd-timeout) slurmd_timeout=${2:?--slurmd-timeout needs seconds}; shift 2 ;;
+      --share) [[ -d "${2:?--share needs a directory}" ]] || die "--share $2: no such directory"
+               (cd "$2" && pwd -P) >>"$dir/shares"; shift 2 ;;
       *) die "unknown option '$1'" ;;
     esac
   done

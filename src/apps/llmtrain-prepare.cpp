@@ -74,10 +74,11 @@ int main(int argc, char** argv) {
     const auto r = llmtrain::prepare_data(o, rt);
     llmtrain::log::info(
         "prepared {}: train {} tokens ({} documents, {} shards), val {} tokens ({} documents, {} shards) in "
-        "{:.1f} s on {} ranks ({:.2f}M tokens/s per rank){}",
+        "{:.1f} s on {} ranks ({:.2f}M tokens/s per rank){}{}",
         o.out_dir, r.train_tokens, r.train_documents, r.train_shards, r.val_tokens, r.val_documents, r.val_shards,
         r.seconds, r.world_size, (r.train_tokens + r.val_tokens) / std::max(r.seconds, 1e-9) / r.world_size / 1e6,
-        r.skipped_documents ? fmt::format("; {} document(s) skipped (warnings above)", r.skipped_documents) : "");
+        r.skipped_documents ? fmt::format("; {} document(s) skipped (warnings above)", r.skipped_documents) : "",
+        r.skipped_inputs ? fmt::format("; {} input file(s) skipped (warnings above)", r.skipped_inputs) : "");
     return 0;
   });
 }

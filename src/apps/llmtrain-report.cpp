@@ -122,10 +122,10 @@ int main(int argc, char** argv) try {
   std::cout << "runs:\n";
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& s = runs[i].summary;
-    std::cout << fmt::format("  [{}] {}  ({}, {} x {}; {} iterations, first {} skipped as warm-up)\n", i,
+    std::cout << fmt::format("  [{}] {}  ({}, {} x {}; {} iterations, first {} skipped as warm-up; {})\n", i,
                              runs[i].path, runs[i].label, runs[i].world_size,
                              runs[i].device.empty() ? "?" : runs[i].device, s.value("iterations", 0),
-                             s.value("warmup_iters_skipped", 0));
+                             s.value("warmup_iters_skipped", 0), runs[i].ending());
   }
   std::cout << "\n" << llmtrain::format_comparison_table(runs) << "\n";
   std::cout << llmtrain::format_budget_table(runs, budget);
@@ -154,7 +154,8 @@ int main(int argc, char** argv) try {
     for (const auto& r : runs) {
       nlohmann::json j = {{"path", r.path},           {"label", r.label},         {"world_size", r.world_size},
                           {"batch_size", r.batch_size}, {"grad_accum", r.grad_accum}, {"tokens_per_iter", r.tokens_per_iter},
-                          {"device", r.device},       {"summary", r.summary},     {"errors", r.errors}};
+                          {"device", r.device},       {"summary", r.summary},     {"errors", r.errors},
+                          {"status", r.status},       {"last_iter", r.last_iter}};
       out["runs"].push_back(std::move(j));
     }
     if (!json_out.empty()) llmtrain::write_file_atomic(json_out, out.dump(2) + "\n");

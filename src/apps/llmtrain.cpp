@@ -54,13 +54,7 @@ int main(int argc, char** argv) {
     cfg.refuse_unbuilt();
     Trainer trainer(cfg, rt);
     const TrainResult r = trainer.run();
-    if (r.iterations == 0 && !cfg.eval_only)  // no loss to print: a 0.0000 would look like one
-      log::info("no iteration ran (max_iters={}): nothing was trained or evaluated{}", cfg.max_iters,
-                r.run_log_path.empty() ? "" : "; run log " + r.run_log_path);
-    else
-      log::info("done: {} iterations, final train loss {:.4f}, val loss {:.4f}, {:.0f} tokens/s{}", r.iterations,
-                r.final_train_loss, r.final_val_loss, r.tokens_per_sec,
-                r.run_log_path.empty() ? "" : ", run log " + r.run_log_path);
+    log::info("{}", format_run_end(r, cfg));
     // Stopped by a signal after its checkpoint: jobs/common.sh requeues on this code.
     return r.stopped_by_signal ? kRequeueExitCode : 0;
   });

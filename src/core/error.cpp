@@ -4,6 +4,8 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include "core/hdf5_util.hpp"  // defines: H5_LOCKED
+
 namespace llmtrain::detail {
 
 int world_rank_or_unknown() {
@@ -45,8 +47,8 @@ herr_t walk_h5(unsigned n, const H5E_error2_t* e, void* data) {
 int64_t check_h5(int64_t rc, const char* call, const char* file, int line) {
   if (rc >= 0) return rc;
   H5Messages m;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_h5, &m);
-  H5Eclear2(H5E_DEFAULT);
+  H5_LOCKED(H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_h5, &m));  // H5_CHECK holds it already (recursive)
+  H5_LOCKED(H5Eclear2(H5E_DEFAULT));
   std::string msg = m.outer;
   if (!m.inner.empty() && m.inner != m.outer) msg += " (" + m.inner + ")";
   throw_call_error("HDF5", call, file, line, msg.empty() ? "negative return value" : msg);

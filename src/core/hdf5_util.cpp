@@ -7,7 +7,14 @@
 
 #include "llmtrain/core/error.hpp"
 
-namespace llmtrain::h5 {
+namespace llmtrain {
+
+std::recursive_mutex& hdf5_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+namespace h5 {
 
 H5Id& H5Id::operator=(H5Id&& o) noexcept {
   if (this != &o) {
@@ -19,21 +26,18 @@ H5Id& H5Id::operator=(H5Id&& o) noexcept {
   return *this;
 }
 
-void H5Id::reset() {
-  if (id_ >= 0 && closer_) closer_(id_);
-  id_ = -1;
-}
+void H5Id::reset() { close(); }
 
 herr_t H5Id::close() {
   herr_t rc = 0;
-  if (id_ >= 0 && closer_) rc = closer_(id_);
+  if (id_ >= 0 && closer_) rc = H5_LOCKED(closer_(id_));
   id_ = -1;
   return rc;
 }
 
 void quiet_hdf5_once() {
   static const bool done = [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    H5_LOCKED(H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr));
     return true;
   }();
   (void)done;
@@ -107,11 +111,11 @@ std::string AttrReader::str(hid_t obj, const char* name) const {
     char* s = nullptr;
     H5_CHECK(H5Aread(a, mtype, &s));
     std::string out = s ? s : "";
-    H5free_memory(s);
+    H5_LOCKED(H5free_memory(s));
     return out;
   }
   // Read as NUL-terminated with room for the NUL, whatever the file's padding.
-  const size_t n = H5Tget_size(ftype);
+  const size_t n = H5_LOCKED(H5Tget_size(ftype));
   std::string buf(n + 1, '\0');
   H5_CHECK(H5Tset_size(mtype, n + 1));
   H5_CHECK(H5Tset_strpad(mtype, H5T_STR_NULLTERM));
@@ -120,4 +124,5 @@ std::string AttrReader::str(hid_t obj, const char* name) const {
   return buf;
 }
 
-}  // namespace llmtrain::h5
+}  // namespace h5
+}  // namespace llmtrain

@@ -8,6 +8,19 @@
 #include <string>
 #include <utility>
 
+#include "llmtrain/core/error.hpp"
+#include "llmtrain/core/hdf5_mutex.hpp"
+
+// Every HDF5 call holds the one HDF5 lock (core/hdf5_mutex.hpp): H5_CHECK is
+// core/error.hpp's, made here to run the call and read HDF5's error stack
+// under the lock; H5_LOCKED(expr) evaluates an unchecked HDF5 expression
+// (predicates, sizes, closers) under it. A file that calls HDF5 includes this
+// header (tests/core/check_hdf5_lock.py checks both).
+#undef H5_CHECK
+#define H5_CHECK(call) \
+  ::llmtrain::detail::hdf5_locked([&] { return ::llmtrain::detail::check_h5((call), #call, __FILE__, __LINE__); })
+#define H5_LOCKED(...) ::llmtrain::detail::hdf5_locked([&] { return (__VA_ARGS__); })
+
 namespace llmtrain::h5 {
 
 // Closes an HDF5 id with the matching H5*close on scope exit.

@@ -8,6 +8,7 @@
 // global stream at fixed token offsets, so the files do not depend on P.
 #include "data/prepare_comm.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <type_traits>
 
@@ -54,35 +56,103 @@ bool is_jsonl(const fs::path& p) {
   return ext == ".jsonl" || ext == ".ndjson";
 }
 
-std::vector<InputFile> list_inputs(const std::vector<std::string>& inputs, const std::vector<std::string>& exts) {
+// What a path is, for messages: "a FIFO", "a socket", ...
+std::string file_kind(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::directory: return "a directory";
+    case fs::file_type::fifo: return "a FIFO";
+    case fs::file_type::socket: return "a socket";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::character: return "a character device";
+    default: return "not a regular file";
+  }
+}
+
+// Why `p` cannot be read as an input file; "" when it can. Follows symlinks,
+// naming the target of one that dangles or loops; tries an open for reading
+// (O_NONBLOCK: a FIFO never blocks the listing).
+std::string unreadable_reason(const fs::path& p) {
+  std::error_code ec, lec;
+  const auto st = fs::status(p, ec);
+  if (ec || !fs::exists(st)) {
+    const bool missing = !ec || ec.value() == ENOENT;
+    if (fs::is_symlink(fs::symlink_status(p, lec)))
+      return fmt::format("a symlink to '{}' that cannot be followed ({})", fs::read_symlink(p, lec).string(),
+                         missing ? "its target does not exist" : ec.message());
+    return missing ? "does not exist" : ec.message();
+  }
+  if (!fs::is_regular_file(st)) return file_kind(st.type());
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return fmt::format("cannot be opened for reading: {}", std::strerror(errno));
+  ::close(fd);
+  return "";
+}
+
+struct InputList {
+  std::vector<InputFile> files;
+  std::vector<std::string> skipped;  // "<path>: <why>", files found in input directories that cannot be read
+};
+
+// The files of input directory `in` (recursive, sorted; hidden ones and other
+// extensions left out). What cannot be read as a file (a dangling or looping
+// symlink, a FIFO, a socket, a device, an unreadable file or directory, a
+// symlink to a directory, which is not followed) is skipped and named.
+void list_directory(const fs::path& in, const std::function<bool(const fs::path&)>& wanted, InputList& out) {
+  std::vector<fs::path> found;
+  const size_t first_skip = out.skipped.size();
+  std::error_code ec;
+  auto it = fs::recursive_directory_iterator(in, ec);
+  if (ec) throw DataError(fmt::format("input directory '{}' cannot be read: {}", in.string(), ec.message()));
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) throw DataError(fmt::format("input directory '{}' cannot be read: {}", in.string(), ec.message()));
+    const fs::path& p = it->path();
+    bool hidden = false;
+    for (const auto& part : p.lexically_relative(in)) hidden = hidden || part.string().rfind('.', 0) == 0;
+    std::error_code lec;
+    const bool link = fs::is_symlink(it->symlink_status(lec));
+    if (!link && it->is_directory(lec)) {
+      if (hidden || ::access(p.c_str(), R_OK | X_OK) == 0) continue;  // recursed into
+      out.skipped.push_back(fmt::format("{}: a directory that cannot be read: {}", p.string(), std::strerror(errno)));
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (hidden || !wanted(p)) continue;
+    const std::string why =
+        link && fs::is_directory(p, lec) ? "a symlink to a directory (not followed)" : unreadable_reason(p);
+    if (why.empty())
+      found.push_back(p);
+    else
+      out.skipped.push_back(fmt::format("{}: {}", p.string(), why));
+  }
+  std::sort(found.begin(), found.end());
+  std::sort(out.skipped.begin() + static_cast<std::ptrdiff_t>(first_skip), out.skipped.end());
+  for (const auto& p : found) out.files.push_back({p.string(), 0, 0, is_jsonl(p)});
+}
+
+InputList list_inputs(const std::vector<std::string>& inputs, const std::vector<std::string>& exts) {
   auto wanted = [&](const fs::path& p) {
     return exts.empty() || std::find(exts.begin(), exts.end(), p.extension().string()) != exts.end();
   };
-  std::vector<InputFile> files;
+  InputList list;
   for (const auto& in : inputs) {
-    if (!fs::exists(in)) throw DataError(fmt::format("input '{}' does not exist", in));
-    if (fs::is_directory(in)) {
-      std::vector<fs::path> found;
-      for (const auto& e : fs::recursive_directory_iterator(in)) {
-        if (!e.is_regular_file()) continue;
-        const auto rel = fs::relative(e.path(), in);
-        bool hidden = false;
-        for (const auto& part : rel) hidden = hidden || part.string().rfind('.', 0) == 0;
-        if (!hidden && wanted(e.path())) found.push_back(e.path());
-      }
-      std::sort(found.begin(), found.end());
-      for (const auto& p : found) files.push_back({p.string(), 0, 0, is_jsonl(p)});
-    } else {
-      files.push_back({in, 0, 0, is_jsonl(in)});
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      list_directory(in, wanted, list);
+      continue;
     }
+    // An input named on the command line is never skipped: it is an error.
+    const std::string why = unreadable_reason(in);
+    if (why == "does not exist") throw DataError(fmt::format("input '{}' does not exist", in));
+    if (!why.empty()) throw DataError(fmt::format("input '{}': {}", in, why));
+    list.files.push_back({in, 0, 0, is_jsonl(in)});
   }
   int64_t start = 0;
-  for (auto& f : files) {
+  for (auto& f : list.files) {
     f.size = static_cast<int64_t>(fs::file_size(f.path));
     f.start = start;
     start += f.size;
   }
-  return files;
+  return list;
 }
 
 // Train/val by a hash of where the document starts (file index, byte offset):
@@ -553,7 +623,11 @@ PrepareResult prepare_data_on(const PrepareOptions& opt, MPI_Comm comm) {
     } else {
       if (opt.inputs.empty()) throw DataError("prepare: no inputs given (text files, directories or JSONL)");
       const auto tok = make_tokenizer(opt.tokenizer);
-      const auto files = collectively(comm, [&] { return list_inputs(opt.inputs, opt.extensions); });
+      const auto listed = collectively(comm, [&] { return list_inputs(opt.inputs, opt.extensions); });
+      const auto& files = listed.files;
+      for (const auto& s : listed.skipped) log::warn("skipped input {}", s);  // the same list on every rank
+      if (!listed.skipped.empty())
+        log::warn("skipped {} input file(s) that cannot be read (see above)", listed.skipped.size());
       int64_t bytes = 0;
       for (const auto& f : files) bytes += f.size;
       const int64_t lo = bytes * rank / world, hi = bytes * (rank + 1) / world;
@@ -566,6 +640,7 @@ PrepareResult prepare_data_on(const PrepareOptions& opt, MPI_Comm comm) {
         const int64_t skipped = report_skipped(comm, tokens.skipped);
         result = write_all(comm, opt, temp, tokens, meta, opt.inputs, false);
         result.skipped_documents = skipped;
+        result.skipped_inputs = static_cast<int64_t>(listed.skipped.size());
       };
       if (meta.dtype == "uint16") run(uint16_t{}); else run(uint32_t{});
     }

@@ -15,15 +15,9 @@
 
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/data/hdf5_mutex.hpp"
+#include "llmtrain/core/hdf5_mutex.hpp"
 
 namespace llmtrain {
-
-std::recursive_mutex& hdf5_mutex() {
-  static std::recursive_mutex m;
-  return m;
-}
-
 namespace data {
 
 namespace fs = std::filesystem;
@@ -46,7 +40,7 @@ H5Id open_shard_file(const std::string& path, MPI_Comm comm) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
     throw DataError(fmt::format("shard '{}' is not a regular file", path));
-  const htri_t is_h5 = H5Fis_hdf5(path.c_str());
+  const htri_t is_h5 = H5_LOCKED(H5Fis_hdf5(path.c_str()));
   if (is_h5 <= 0)
     throw DataError(fmt::format("shard '{}' is not a readable HDF5 file (truncated or not written by "
                                 "llmtrain-prepare)", path));
@@ -68,13 +62,14 @@ ShardHeader read_shard_header(const std::string& path) {
   ShardHeader h;
   h.path = path;
   H5Id type(H5_CHECK(H5Dget_type(dset)), H5Tclose);
-  const size_t size = H5Tget_size(type);
-  const bool uint_ok = H5_CHECK(H5Tget_class(type)) == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_NONE &&
-                       (size == 2 || size == 4);
+  const size_t size = H5_LOCKED(H5Tget_size(type));
+  const H5T_class_t type_class = static_cast<H5T_class_t>(H5_CHECK(H5Tget_class(type)));
+  const bool is_unsigned = H5_LOCKED(H5Tget_sign(type)) == H5T_SGN_NONE;
+  const bool uint_ok = type_class == H5T_INTEGER && is_unsigned && (size == 2 || size == 4);
   if (!uint_ok) {
-    const char* cls = H5Tget_class(type) == H5T_INTEGER ? (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int")
-                      : H5Tget_class(type) == H5T_FLOAT ? "float"
-                                                         : "non-integer";
+    const char* cls = type_class == H5T_INTEGER ? (is_unsigned ? "uint" : "int")
+                      : type_class == H5T_FLOAT ? "float"
+                                                : "non-integer";
     throw DataError(fmt::format("shard '{}': dataset 'tokens' has type {}{}; expected uint16 or uint32", path,
                                 cls, size * 8));
   }
@@ -112,8 +107,8 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  const hid_t file_type = std::is_same_v<T, uint16_t> ? H5T_STD_U16LE : H5T_STD_U32LE;
-  const hid_t mem_type = std::is_same_v<T, uint16_t> ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32;
+  const hid_t file_type = H5_LOCKED(std::is_same_v<T, uint16_t> ? H5T_STD_U16LE : H5T_STD_U32LE);
+  const hid_t mem_type = H5_LOCKED(std::is_same_v<T, uint16_t> ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32);
   std::vector<int64_t> counts;
   std::vector<std::string> names;
   const int64_t nshards = (global_total + shard_tokens - 1) / shard_tokens;
@@ -134,7 +129,7 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     // check only when an exception leaves early.
     struct FileGuard {
       hid_t id;
-      ~FileGuard() { if (id >= 0) H5Fclose(id); }
+      ~FileGuard() { if (id >= 0) H5_LOCKED(H5Fclose(id)); }
     } file{H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl))};
     const hsize_t dims = static_cast<hsize_t>(n);
     H5Id fspace(H5_CHECK(H5Screate_simple(1, &dims, nullptr)), H5Sclose);

@@ -8,7 +8,7 @@
 
 #include "data/data_index.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/data/hdf5_mutex.hpp"
+#include "llmtrain/core/hdf5_mutex.hpp"
 
 namespace llmtrain::data {
 

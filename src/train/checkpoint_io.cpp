@@ -113,7 +113,7 @@ CheckpointWriter::CheckpointWriter(const std::string& path, const Runtime& rt, i
   H5Id fapl = h5::make_mpio_fapl(comm);
   // Large datasets start on 1 MiB boundaries (file-system stripes, MPI-IO aggregation).
   H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
-  const hid_t fid = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  const hid_t fid = H5_LOCKED(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
   if (fid < 0) throw Error(fmt::format("cannot create checkpoint '{}' (directory writable? disk full?)", path));
   f_->file = H5Id(fid, H5Fclose);
   f_->collective = make_dxpl(H5FD_MPIO_COLLECTIVE);
@@ -226,7 +226,7 @@ CheckpointReader::CheckpointReader(const std::string& path, const Runtime& rt, b
   h5::quiet_hdf5_once();
   if (collective) {
     H5Id fapl = h5::make_mpio_fapl(MPI_COMM_WORLD);
-    const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
+    const hid_t fid = H5_LOCKED(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
     if (fid < 0) throw Error(fmt::format("cannot open checkpoint '{}'", path));
     f_->file = H5Id(fid, H5Fclose);
     f_->collective = make_dxpl(H5FD_MPIO_COLLECTIVE);
@@ -235,9 +235,9 @@ CheckpointReader::CheckpointReader(const std::string& path, const Runtime& rt, b
     return;
   }
   if (!fs::is_regular_file(path)) throw CheckpointUnusable(fmt::format("'{}' does not exist", path));
-  if (H5Fis_hdf5(path.c_str()) <= 0)
+  if (H5_LOCKED(H5Fis_hdf5(path.c_str())) <= 0)
     throw CheckpointUnusable(fmt::format("'{}' is not an HDF5 file (truncated or overwritten?)", path));
-  const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t fid = H5_LOCKED(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (fid < 0) throw CheckpointUnusable(fmt::format("HDF5 cannot open '{}' (truncated?)", path));
   f_->file = H5Id(fid, H5Fclose);
 }
@@ -252,7 +252,7 @@ int64_t CheckpointReader::iteration() const { return attr_i64("", "iteration"); 
 bool CheckpointReader::exists(const std::string& object) const {
   // Each link on the way: H5Lexists fails on a path whose parent is missing.
   for (size_t end = object.find('/');; end = object.find('/', end + 1)) {
-    if (H5Lexists(f_->file, object.substr(0, end).c_str(), H5P_DEFAULT) <= 0) return false;
+    if (H5_LOCKED(H5Lexists(f_->file, object.substr(0, end).c_str(), H5P_DEFAULT)) <= 0) return false;
     if (end == std::string::npos) return true;
   }
 }
@@ -272,12 +272,12 @@ std::string CheckpointReader::attr_str(const std::string& group, const char* nam
 }
 
 CheckpointReader::Dataset CheckpointReader::dataset(const std::string& path) const {
-  const hid_t did = H5Dopen2(f_->file, path.c_str(), H5P_DEFAULT);
+  const hid_t did = H5_LOCKED(H5Dopen2(f_->file, path.c_str(), H5P_DEFAULT));
   if (did < 0) throw CheckpointUnusable(fmt::format("checkpoint '{}': dataset '{}' cannot be opened", path_, path));
   H5Id d(did, H5Dclose);
   H5Id space(H5_CHECK(H5Dget_space(d)), H5Sclose);
   H5Id type(H5_CHECK(H5Dget_type(d)), H5Tclose);
-  return {dims_of(space), H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4};
+  return {dims_of(space), H5_LOCKED(H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4)};
 }
 
 void CheckpointReader::read_tensor(const std::string& path, int64_t offset, const torch::Tensor& dst) {

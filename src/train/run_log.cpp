@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -25,6 +26,7 @@
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/atomic_file.hpp"
+#include "core/hdf5_util.hpp"           // defines: H5_LOCKED
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/train/metrics.hpp"
@@ -63,6 +65,41 @@ std::string config_label(const Config& c, const std::string& backend_used) {
   return s;
 }
 
+// JSON has no NaN or infinity (nlohmann writes them as null): a non-finite
+// number (NaN weights give a NaN loss) is left out of its object, whose
+// "non_finite" lists the keys left out, as docs/run-log.md says.
+void drop_non_finite(nlohmann::json& j) {
+  if (j.is_array()) {
+    for (auto& e : j) drop_non_finite(e);
+    return;
+  }
+  if (!j.is_object()) return;
+  std::vector<std::string> dropped;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it->is_number_float() && !std::isfinite(it->get<double>()))
+      dropped.push_back(it.key());
+    else
+      drop_non_finite(*it);
+  }
+  if (dropped.empty()) return;
+  for (const auto& k : dropped) j.erase(k);
+  auto& list = j["non_finite"];
+  for (auto& k : dropped) list.push_back(std::move(k));
+}
+
+bool has_non_finite(const nlohmann::json& j) {
+  if (j.is_number_float()) return !std::isfinite(j.get<double>());
+  if (!j.is_structured()) return false;
+  for (const auto& e : j)
+    if (has_non_finite(e)) return true;
+  return false;
+}
+
+nlohmann::json finite_only(nlohmann::json j) {
+  drop_non_finite(j);
+  return j;
+}
+
 std::string human_count(double n) {
   if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
   if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
@@ -95,7 +132,7 @@ nlohmann::json library_versions() {
                               at::hasMKLDNN() ? " + oneDNN" : "", at::get_num_threads());
   v["mpi"] = mpi_library_version();
   unsigned maj = 0, min = 0, rel = 0;
-  H5get_libversion(&maj, &min, &rel);
+  H5_LOCKED(H5get_libversion(&maj, &min, &rel));
   v["hdf5"] = fmt::format("{}.{}.{}", maj, min, rel);
 #ifdef LLMTRAIN_WITH_CUDA
   int nccl = 0;
@@ -275,13 +312,13 @@ void RunLog::add_iteration(const nlohmann::json& record) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!enabled_) return;
   iterations_text_ += num_iterations_ == 0 ? "\n    " : ",\n    ";
-  iterations_text_ += record.dump();
+  iterations_text_ += has_non_finite(record) ? finite_only(record).dump() : record.dump();
   ++num_iterations_;
 }
 
 void RunLog::add_eval(const nlohmann::json& result) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) eval_results_.push_back(result);
+  if (enabled_) eval_results_.push_back(finite_only(result));
 }
 
 void RunLog::add_error(const std::string& message) {
@@ -291,17 +328,17 @@ void RunLog::add_error(const std::string& message) {
 
 void RunLog::add_checkpoint(const nlohmann::json& record) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) checkpoints_.push_back(record);
+  if (enabled_) checkpoints_.push_back(finite_only(record));
 }
 
 void RunLog::add_event(const nlohmann::json& record) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) events_.push_back(record);
+  if (enabled_) events_.push_back(finite_only(record));
 }
 
 void RunLog::set_summary(nlohmann::json summary) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) summary_ = std::move(summary);
+  if (enabled_) summary_ = finite_only(std::move(summary));
 }
 
 void RunLog::record_failure(int rank, const std::string& message) {

@@ -32,6 +32,13 @@ std::string fmt_opt(const nlohmann::json& s, const char* key, const char* spec_f
 
 }  // namespace
 
+std::string RunSummary::ending() const {
+  if (cut_off())
+    return fmt::format("cut off at iteration {} (no summary: killed, a node lost, or still running)", last_iter);
+  if (status == "completed") return status;
+  return fmt::format("{} at iteration {}", status, last_iter);
+}
+
 RunSummary summarize_run_log(const RunLogData& log, int64_t warmup_iters) {
   RunSummary r;
   r.path = log.path;
@@ -63,6 +70,8 @@ RunSummary summarize_run_log(const RunLogData& log, int64_t warmup_iters) {
   if (warmup_iters < 0) warmup_iters = value_or<int64_t>(cfg, "warmup_report_iters", 50);
 
   r.errors = log.errors;
+  r.status = log.summary.empty() ? "cut off" : value_or<std::string>(log.summary, "status", "unknown");
+  if (!iters.empty()) r.last_iter = value_or<int64_t>(iters.back(), "iter", static_cast<int64_t>(iters.size()) - 1);
   // Re-run the self-check: a log edited or produced by a buggy build is caught here.
   double fpt = 0.0, peak_total = 0.0;
   if (const auto* m = log.startup({"mfu"})) {
@@ -107,6 +116,10 @@ std::string format_budget_table(const std::vector<RunSummary>& runs, double toke
                               "config", "GPUs", "tokens/s", "hours", "days");
   for (const auto& r : runs) {
     const double tps = sum_num(r.summary, "tokens_per_sec");
+    if (r.cut_off()) {  // its speed may be the warm-up's only: no figure to plan a run on
+      s += fmt::format("{:<44} {:>5} {:>12} {:>10} {:>8}  ({})\n", r.label, r.world_size, "-", "-", "-", r.ending());
+      continue;
+    }
     if (tps <= 0) {
       s += fmt::format("{:<44} {:>5} {:>12} {:>10} {:>8}\n", r.label, r.world_size, "-", "-", "-");
       continue;

@@ -89,6 +89,7 @@ struct Trainer::Impl {
   std::string async_reason;  // why the asynchronous save in flight was taken
   int64_t consecutive_bad_steps = 0;
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
+  int64_t last_eval_tokens = 0;                         // predicted tokens of the last evaluate(), all ranks
 
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(LrSchedule::from_config(c)) {
     // 0. the watchdog: from here on a rank that stops arriving ends the job
@@ -299,6 +300,7 @@ struct Trainer::Impl {
       sum += model->loss(b.x, b.y).item<double>();
     }
     model->train();
+    last_eval_tokens = n * cfg.batch_size * cfg.block_size * rt.world_size();
     rt.watchdog().activity(fmt::format("evaluation of {}: loss allreduce", to_string(split)));
     const double mean = mean_over_ranks(sum / static_cast<double>(n));
     rt.watchdog().activity(fmt::format("after the evaluation of {}: run log, checkpoint", to_string(split)));
@@ -313,6 +315,7 @@ struct Trainer::Impl {
     log::info("eval_full: val loss {:.6f} over {} tokens ({} windows of {})", r.loss, r.tokens, r.windows,
               cfg.block_size);
     full_eval = {{"eval_full", true}, {"val_tokens", r.tokens}, {"val_windows", r.windows}};
+    last_eval_tokens = r.tokens;
     return r.loss;
   }
 
@@ -446,15 +449,25 @@ struct Trainer::Impl {
   // ---- the loop's parts, in the order Trainer::run_loop calls them ----
 
   // eval_only=True: evaluate the loaded model (train and val), log, export.
+  // The summary holds the losses and the tokens evaluated (docs/run-log.md).
   TrainResult evaluate_only() {
     TrainResult result;
     const int64_t at = state.iteration;  // the loaded checkpoint's
+    const auto t0 = std::chrono::steady_clock::now();
     result.final_train_loss = evaluate(Split::train);
+    const int64_t train_tokens = last_eval_tokens;
     result.final_val_loss = evaluate(Split::val);
+    const int64_t val_tokens = last_eval_tokens;
+    result.evaluated_at = at;
     const std::string what = resumed ? resumed->path : to_string(cfg.init_from);
-    log::info("eval of {} (iteration {}): train loss {:.4f}, val loss {:.4f}", what, at, result.final_train_loss,
-              result.final_val_loss);
+    log::info("eval of {} (iteration {}): train loss {:.4f} over {} tokens, val loss {:.4f} over {} tokens", what,
+              at, result.final_train_loss, train_tokens, result.final_val_loss, val_tokens);
     run_log->add_eval(eval_entry(at, result.final_train_loss, result.final_val_loss));
+    run_log->set_summary({{"status", "completed"}, {"eval_only", true}, {"iterations", 0}, {"iteration", at},
+                          {"train_loss", result.final_train_loss}, {"val_loss", result.final_val_loss},
+                          {"train_tokens", train_tokens}, {"val_tokens", val_tokens},
+                          {"tokens_evaluated", train_tokens + val_tokens},
+                          {"total_time_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}});
     run_log->flush(/*force=*/true);
     result.iterations = 0;
     result.run_log_path = run_log->path();
@@ -501,6 +514,7 @@ struct Trainer::Impl {
   void evaluate_and_checkpoint(TrainResult& result, Console& console) {
     result.final_train_loss = evaluate(Split::train);
     result.final_val_loss = evaluate(Split::val);
+    result.evaluated_at = state.iteration;
     run_log->add_eval(eval_entry(state.iteration, result.final_train_loss, result.final_val_loss));
     console.say(fmt::format("eval at iter {}: train loss {:.4f}, val loss {:.4f}", state.iteration,
                             result.final_train_loss, result.final_val_loss));
@@ -604,6 +618,23 @@ TrainResult Trainer::run_loop() {
   }
   console.bar().finish();
   return m.finish_run(result);
+}
+
+std::string format_run_end(const TrainResult& r, const Config& cfg) {
+  const std::string log_path = r.run_log_path.empty() ? "" : ", run log " + r.run_log_path;
+  if (cfg.eval_only)
+    return fmt::format("done: eval only (iteration {}): train loss {:.4f}, val loss {:.4f}{}", r.evaluated_at,
+                       r.final_train_loss, r.final_val_loss, log_path);
+  if (r.iterations == 0 && !r.stopped_by_signal)
+    return fmt::format("no iteration ran (max_iters={}): nothing was trained or evaluated{}", cfg.max_iters,
+                       r.run_log_path.empty() ? "" : "; run log " + r.run_log_path);
+  const std::string head = r.stopped_by_signal ? fmt::format("stopped by signal {}", r.stopped_by_signal) : "done";
+  const std::string eval = r.evaluated_at < 0
+                               ? fmt::format("no eval yet (eval_interval={})", cfg.eval_interval)
+                               : fmt::format("final train loss {:.4f}, val loss {:.4f} (eval at iteration {})",
+                                             r.final_train_loss, r.final_val_loss, r.evaluated_at);
+  return fmt::format("{}: {} iterations, {}, {:.0f} tokens/s{}", head, r.iterations, eval, r.tokens_per_sec,
+                     log_path);
 }
 
 }  // namespace llmtrain

@@ -61,7 +61,10 @@ Config config_for(const fs::path& dir) {
   return c;
 }
 
+// Rank 0 changes the files once every rank is done with them (a rank still
+// reading the previous version would see a half-written file), then all go on.
 void rank0(const std::function<void()>& fn) {
+  MPI_Barrier(MPI_COMM_WORLD);
   if (runtime().rank() == 0) fn();
   MPI_Barrier(MPI_COMM_WORLD);
 }

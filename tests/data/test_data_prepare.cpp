@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -270,6 +275,71 @@ TEST(DataPrepare, BinaryDocumentsAreSkippedAndNeverGiveEos) {
     EXPECT_NE(std::string(e.what()).find("b.bin: binary (a NUL byte at offset 2)"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir / "strict"));
+}
+
+// Issue 30, point 6: what prepare cannot read in an input directory it skips by
+// name and counts; it never drops a file silently. The tests run as root, who
+// can read any regular file: the unreadable inputs here are ones no one can read
+// as a file (a FIFO, a dangling symlink, a symlink loop), plus a mode-000 file
+// when not root.
+TEST(DataPrepare, UnreadableInputsAreSkippedByNameAndCounted) {
+  const auto dir = fresh_dir("prepare_unreadable");
+  const auto in = dir / "in";
+  int expected_skips = 4;
+  if (runtime().rank() == 0) {
+    fs::create_directories(in / "sub");
+    fs::create_directories(dir / "elsewhere");
+    std::ofstream(in / "a.txt") << "first document";
+    std::ofstream(in / "sub" / "b.txt") << "second document";
+    fs::create_symlink(dir / "missing.txt", in / "dangling.txt");
+    fs::create_symlink(in / "loop2.txt", in / "loop1.txt");
+    fs::create_symlink(in / "loop1.txt", in / "loop2.txt");
+    ASSERT_EQ(::mkfifo((in / "pipe.txt").c_str(), 0644), 0);
+  }
+  if (::geteuid() != 0) {
+    if (runtime().rank() == 0) {
+      std::ofstream(in / "secret.txt") << "no one may read this";
+      fs::permissions(in / "secret.txt", fs::perms::none);
+    }
+    ++expected_skips;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  PrepareOptions o;
+  o.inputs = {in.string()};
+  o.out_dir = (dir / "out").string();
+  o.val_fraction = 0.0;
+  ::testing::internal::CaptureStdout();
+  PrepareResult r;
+  try {
+    r = prepare_world(o);
+  } catch (...) {
+    ::testing::internal::GetCapturedStdout();
+    throw;
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(r.skipped_inputs, expected_skips);
+  EXPECT_EQ(r.train_documents, 2);
+  EXPECT_EQ(split_at_eos(split_tokens(o.out_dir, "train")),
+            (std::vector<std::string>{"first document", "second document"}));
+  if (runtime().rank() == 0) {
+    for (const std::string want :
+         {(in / "dangling.txt").string() + ": a symlink to '" + (dir / "missing.txt").string() +
+              "' that cannot be followed (its target does not exist)",
+          (in / "loop1.txt").string() + ": a symlink to", (in / "loop2.txt").string() + ": a symlink to",
+          (in / "pipe.txt").string() + ": a FIFO",
+          fmt::format("skipped {} input file(s) that cannot be read", expected_skips)})
+      EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
+  }
+  // Named on the command line, such an input is an error, not a skip.
+  o.inputs = {(in / "pipe.txt").string()};
+  o.out_dir = (dir / "out2").string();
+  try {
+    prepare_world(o);
+    ADD_FAILURE() << "a FIFO named as an input was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("input '" + (in / "pipe.txt").string() + "': a FIFO"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(DataPrepare, TextChecks) {

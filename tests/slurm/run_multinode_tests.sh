@@ -44,7 +44,13 @@ mkdir -p "$work/logs"
 # the template (watchdog, probe, requeue) before Slurm declares it DOWN, as on
 # clusters where SlurmdTimeout is minutes. (With Slurm first, the
 # job ends NODE_FAIL and --requeue requeues it: the same resume follows.)
-start_cluster "multi-node Slurm" "$S" --nodes 3 --cpus 2 --slurmd-timeout 60
+# The checkout and the build are shared with every host, wherever they are
+# (under /tmp too: each host has a /tmp of its own).
+start_cluster "multi-node Slurm" "$S" --nodes 3 --cpus 2 --slurmd-timeout 60 --share "$src" --share "$build"
+for n in node1 node2 node3; do
+  "$S" on "$cluster" "$n" test -x "$bin/llmtrain" -a -r "$src/jobs/common.sh" ||
+    fail "$n does not see $bin/llmtrain or $src/jobs/common.sh"
+done
 
 # Client commands run on the login host.
 X() { "$S" exec "$cluster" "$@"; }

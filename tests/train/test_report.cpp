@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -112,6 +113,39 @@ TEST(Report, SelfCheckFiresOnAnInconsistentLog) {
   // The table shows no MFU figure for it.
   const auto table = format_comparison_table({r});
   EXPECT_NE(table.find("ERROR"), std::string::npos) << table;
+}
+
+// Issue 30, point 5: a log with no summary (killed by SIGKILL, a node lost) is
+// not a finished run: the report says where it was cut off and gives it no
+// time to train (its speed may be the warm-up's only).
+TEST(Report, CutOffRunIsMarkedAndGetsNoTimeToTrain) {
+  const auto cut = read_run_log(fixture("run_cut_off.json"), 50);
+  EXPECT_TRUE(cut.cut_off());
+  EXPECT_EQ(cut.last_iter, 29);
+  EXPECT_EQ(cut.ending().rfind("cut off at iteration 29", 0), 0u) << cut.ending();
+  const auto done = read_run_log(fixture("run_1gpu.json"), 50);
+  EXPECT_FALSE(done.cut_off());
+  EXPECT_EQ(done.ending(), "completed");
+  const auto budget = format_budget_table({done, cut}, 85e9);
+  EXPECT_NE(budget.find("236.1"), std::string::npos) << budget;  // the finished run: 85B at 100,000 tokens/s
+  // tokens/s, hours and days are "-" for the cut-off run.
+  EXPECT_TRUE(std::regex_search(budget, std::regex(R"(dataloader +1 +- +- +-  \(cut off at iteration 29 )")))
+      << budget;
+}
+
+TEST(ReportTool, CutOffRunInTheRunsListAndBudget) {
+  if (!fs::exists(report_bin())) GTEST_SKIP() << report_bin() << " not built";
+  const auto r = run(report_bin() + " " + fixture("run_1gpu.json") + " " + fixture("run_cut_off.json"));
+  EXPECT_EQ(r.rc, 0) << r.out;
+  const auto runs = r.out.substr(0, r.out.find("time to train"));
+  EXPECT_NE(runs.find("run_1gpu.json  (sdpa+bfloat16+compile+dataloader, 1 x NVIDIA B200; 100 iterations, first 50 "
+                      "skipped as warm-up; completed)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(runs.find("30 iterations, first"), std::string::npos) << r.out;
+  EXPECT_NE(runs.find("; cut off at iteration 29 (no summary"), std::string::npos) << r.out;
+  const auto budget = r.out.substr(r.out.find("time to train"));
+  EXPECT_NE(budget.find("-  (cut off at iteration 29"), std::string::npos) << budget;
 }
 
 TEST(Report, BadLogsAreNamed) {

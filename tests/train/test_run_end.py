@@ -9,6 +9,15 @@
                  already holds every finished iteration and the signal (flushed when
                  the signal arrived, not at the next periodic flush 10 s later).
   completed      a normal run's summary says "completed"; a signalled one's "stopped".
+  eval_only      eval_only=True writes a summary: the losses and the tokens evaluated
+                 (it used to be {}), and the console's last line gives them.
+  stopped_before_eval
+                 SIGUSR1 before the first evaluation: the console says "no eval yet",
+                 never "final train loss 0.0000"; the summary says "stopped".
+  nan_weights    a learning rate of 1e38 overflows the weights after one step: every
+                 later loss and the evaluations are NaN. The log holds no null: the
+                 non-finite figures are absent and "non_finite" names them
+                 (docs/run-log.md), the NaN steps are bad_step events.
 
 Usage: test_run_end.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -70,6 +79,65 @@ elif case == "completed":
     _, log = e.train(1, data, "out", *COMMON, "--max_iters=3")
     assert log["summary"]["status"] == "completed", log["summary"]
     print("a normal run's summary: status completed")
+elif case == "eval_only":
+    data = e.prepare()
+    e.train(2, data, "out", *COMMON, "--max_iters=4", "--checkpoint_interval=4")
+    p, log = e.train(2, data, "out", *COMMON, "--init_from=resume", "--eval_only=True", "--eval_iters=3")
+    s = log["summary"]
+    # eval_iters x accumulation x batch_size x block_size x ranks, per split (tiny_llama.cfg: batch 8, block 128)
+    per_split = 3 * 1 * 8 * 128 * 2
+    assert s.get("status") == "completed" and s.get("eval_only") is True and s.get("iteration") == 4, s
+    assert s.get("train_tokens") == per_split and s.get("val_tokens") == per_split, s
+    assert s.get("tokens_evaluated") == 2 * per_split, s
+    ev = log["eval_results"][-1]
+    assert s["val_loss"] == ev["val_loss"] and s["train_loss"] == ev["train_loss"] and 0 < s["val_loss"] < 10, (s, ev)
+    assert "done: eval only (iteration 4): train loss" in p.stdout, p.stdout[-2000:]
+    print(f"eval_only summary: val loss {s['val_loss']:.4f}, {s['tokens_evaluated']} tokens evaluated")
+
+elif case == "stopped_before_eval":
+    data = e.prepare()
+    cmd = e.mpi(1, e.llmtrain(), os.path.join(e.source, "inputs", "tiny_llama.cfg"), f"--data_dir={data}",
+                "--out_dir=out", e.CPU, *COMMON, "--max_iters=100")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
+    watchdog = threading.Timer(180, p.kill)
+    watchdog.start()
+    seen, lines = 0, []
+    for line in p.stdout:
+        lines.append(line)
+        if line.startswith("iter "):
+            seen += 1
+            if seen == 3:
+                p.send_signal(signal.SIGUSR1)  # mpirun forwards it; the run stops after a checkpoint
+                break
+    out = "".join(lines) + p.communicate(timeout=120)[0]
+    watchdog.cancel()
+    assert p.returncode == 124, f"exit code {p.returncode}\n{out}"
+    assert "final train loss" not in out, out[-2000:]
+    end = [l for l in out.splitlines() if l.startswith("stopped by signal")]
+    assert end and "no eval yet (eval_interval=1000)" in end[-1] and "0.0000" not in end[-1], out[-2000:]
+    with open(e.run_logs("out")[-1]) as f:
+        log = json.load(f)
+    assert log["summary"]["status"] == "stopped" and log["eval_results"] == [], log["summary"]
+    print(f"stopped before the first eval: '{end[-1]}'")
+
+elif case == "nan_weights":
+    data = e.prepare()
+    p, log = e.train(1, data, "out", "--eval_iters=1", "--log_interval=1", "--eval_interval=3", "--max_iters=6",
+                     "--learning_rate=1e38", "--min_lr=0", "--warmup_iters=0", "--max_bad_steps=100")
+    with open(e.run_logs("out")[-1]) as f:
+        text = f.read()
+    assert "null" not in text and "NaN" not in text, "a null or NaN in the run log"
+    its = log["training_iterations"]
+    bad = [r["iter"] for r in its if "bad_step" in r]
+    assert bad and all("loss" not in its[i] for i in bad), its
+    assert [ev["iter"] for ev in log["events"] if ev["kind"] == "bad_step"] == bad, log["events"]
+    assert len(log["eval_results"]) == 2, log["eval_results"]
+    for ev in log["eval_results"]:
+        assert "val_loss" not in ev and "val_loss" in ev.get("non_finite", []), ev
+    s = log["summary"]
+    assert "final_loss" not in s and "final_loss" in s.get("non_finite", []), s
+    print(f"NaN weights: bad steps {bad}; eval_results {log['eval_results']}; summary non_finite {s['non_finite']}")
+
 else:
     sys.exit(f"unknown case {case}")
 print("PASS")

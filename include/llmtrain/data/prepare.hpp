@@ -42,6 +42,11 @@ struct PrepareResult {
   int64_t train_documents = 0, val_documents = 0;
   int64_t train_shards = 0, val_shards = 0;
   int64_t skipped_documents = 0;    // not text, or holding the EOS token (warned)
+  // Files found in input directories that cannot be read (a dangling or looping
+  // symlink, a FIFO, a socket, a device, no read permission; a symlink to a
+  // directory): each warned by name. An input named directly is never skipped:
+  // it is an error.
+  int64_t skipped_inputs = 0;
   double seconds = 0.0;
   int world_size = 1;
 };

@@ -21,6 +21,14 @@ struct RunSummary {
   int64_t batch_size = 0, grad_accum = 0, block_size = 0;
   int64_t tokens_per_iter = 0;          // global
   nlohmann::json summary;               // summarize_records() after warm-up
+  // How the run ended: the log's summary.status ("completed", "stopped",
+  // "failed"), or "cut off" when the log has no summary (killed by SIGKILL, a
+  // lost node, or still running): its figures stop at last_iter and it gets
+  // no time to train.
+  std::string status;
+  int64_t last_iter = -1;               // the last iteration record's iter (-1: none)
+  bool cut_off() const { return status == "cut off"; }
+  std::string ending() const;           // "completed", "cut off at iteration 29 (no summary: ...)", ...
   std::vector<std::string> errors;      // the log's errors[] + the self-check on every record
 };
 

@@ -11,7 +11,8 @@ class Runtime;
 
 struct TrainResult {
   int64_t iterations = 0;
-  double final_train_loss = 0, final_val_loss = 0;
+  double final_train_loss = 0, final_val_loss = 0;  // of the last evaluation (none: evaluated_at < 0)
+  int64_t evaluated_at = -1;     // the iteration the last evaluation ran after; -1: no evaluation ran
   double tokens_per_sec = 0;     // global, warm-up iterations excluded
   std::string run_log_path;
   int stopped_by_signal = 0;     // SIGUSR1/SIGTERM ended the run before max_iters
@@ -21,6 +22,10 @@ struct TrainResult {
 // Exit code of a run stopped by a signal after its checkpoint: "stopped early,
 // resumable" (jobs/common.sh requeues the job on it: LLMTRAIN_REQUEUE_EXIT_CODE).
 constexpr int kRequeueExitCode = 124;
+
+// The console's last line: iterations, the last evaluation's losses ("no eval
+// yet" when none ran: a 0.0000 would look like a loss), tokens/s, the run log.
+std::string format_run_end(const TrainResult& r, const Config& cfg);
 
 class Trainer {
  public:
