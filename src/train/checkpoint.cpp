@@ -37,7 +37,7 @@
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
-#include "llmtrain/data/hdf5_mutex.hpp"
+#include "llmtrain/core/hdf5_mutex.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/train/run_log.hpp"
 #include "train/checkpoint_ops.hpp"

@@ -15,7 +15,7 @@
 #include "train/checkpoint_ops.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/fault.hpp"
-#include "llmtrain/data/hdf5_mutex.hpp"
+#include "llmtrain/core/hdf5_mutex.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/train/checkpoint.hpp"
 
