@@ -95,10 +95,13 @@ class SdpaKernelGuard {
 };
 
 // The kernel SDPA's dispatcher picks for this head layout under `k`
-// (SDPBackend::error when none of the allowed kernels can run it).
+// (SDPBackend::error when none of the allowed kernels can run it). Asked with
+// gradients on, as training calls it: the dispatcher then also checks the
+// kernel's backward constraints (under NoGradGuard it would accept a kernel
+// whose backward refuses the layout).
 at::SDPBackend sdpa_choice(SdpaKernel k, torch::Device device, torch::ScalarType dtype, int64_t H, int64_t K,
                            int64_t D, int64_t T, double dropout) {
-  torch::NoGradGuard no_grad;
+  torch::AutoGradMode with_grad(true);
   SdpaKernelGuard guard(k);
   const auto opt = torch::TensorOptions().dtype(dtype).device(device).requires_grad(true);
   auto q = torch::empty({1, H, T, D}, opt), kv = torch::empty({1, K, T, D}, opt);

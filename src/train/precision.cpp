@@ -45,6 +45,12 @@ AutocastGuard::~AutocastGuard() {
 std::string enable_tf32(torch::Device device) {
   if (!device.is_cuda()) return "fp32 matmuls: IEEE fp32 (CPU)";
   auto& ctx = at::globalContext();
+  // Through the legacy setters, which set the new per-backend precision too:
+  // code that still reads the legacy state (TunableOp, allowTF32CuBLAS(),
+  // float32MatmulPrecision()) sees the same setting, where setting only the new
+  // API makes those readers throw ("mix of the legacy and new APIs").
+  ctx.setAllowTF32CuBLAS(true);
+  ctx.setAllowTF32CuDNN(true);
   ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL, at::Float32Precision::TF32);
   ctx.setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV, at::Float32Precision::TF32);
   return "fp32 matmuls: TF32 on CUDA (cuBLAS, cuDNN)";

@@ -3,6 +3,8 @@
 // address 0 inside std::filesystem::remove_all when bound to this libstdc++).
 // src/CMakeLists.txt names libstdc++ first among the programs' libraries.
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 
 #include <filesystem>
 #include <fstream>
@@ -31,6 +33,20 @@ TEST(Linkage, StandardLibraryBindsToLibstdcxx) {
   std::ofstream(dir / "a" / "b" / "f") << "x";
   EXPECT_EQ(std::filesystem::remove_all(dir), 4u);
   (void)torch::ones({1});  // LibTorch is linked and loaded in this process
+}
+
+// The programs name their libraries' directories in DT_RPATH, not DT_RUNPATH
+// (src/CMakeLists.txt: --disable-new-dtags): the NCCL, CUDA runtime and
+// LibTorch found at build time are the ones loaded, and LD_LIBRARY_PATH (a
+// cluster module's other NCCL) cannot swap them in.
+TEST(Linkage, LibraryDirectoriesAreRpathNotRunpath) {
+  bool rpath = false, runpath = false;
+  for (const ElfW(Dyn)* d = _DYNAMIC; d->d_tag != DT_NULL; ++d) {
+    rpath = rpath || d->d_tag == DT_RPATH;
+    runpath = runpath || d->d_tag == DT_RUNPATH;
+  }
+  EXPECT_TRUE(rpath) << "this program has no DT_RPATH";
+  EXPECT_FALSE(runpath) << "this program has a DT_RUNPATH: LD_LIBRARY_PATH overrides its libraries";
 }
 
 }  // namespace

@@ -105,6 +105,11 @@ TEST(Precision, Tf32IsTurnedOnForCudaMatmulsOnly) {
   EXPECT_NE(line.find("TF32"), std::string::npos) << line;
   EXPECT_EQ(ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL), at::Float32Precision::TF32);
   EXPECT_EQ(ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV), at::Float32Precision::TF32);
+  // The legacy API that TunableOp, cuBLASLt selection and older code read agrees
+  // (LibTorch refuses a mix: "you have used mix of the legacy and new APIs").
+  EXPECT_NO_THROW(EXPECT_TRUE(ctx.allowTF32CuBLAS()));
+  EXPECT_NO_THROW(EXPECT_EQ(ctx.float32MatmulPrecision(), at::Float32MatmulPrecision::HIGH));
+  EXPECT_NO_THROW(EXPECT_TRUE(ctx.allowTF32CuDNN()));
 }
 
 }  // namespace

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""The GPU smoke suite (CTest label `gpu`): the real binary on the machine's first GPU.
+
+  presets    every full_* preset, 3 iterations at a per-GPU batch that fits an 80 GB card
+             (batch 2 x the preset's block), bf16, the preset's attention backend chain
+  modes      the tiny LLaMA: compile off and on, DDP / ZeRO-1 / FSDP at one rank, fp32 (TF32)
+             and bf16; every run finishes, its losses are finite and its MFU self-check passes
+  resume     6 straight iterations equal 3 + checkpoint + resume + 3 (bit for bit), sync and
+             asynchronous checkpoints, ZeRO-1 and FSDP
+
+Skips (exit 77) with the reason where the build has no CUDA or the machine no NVIDIA GPU.
+Usage: test_gpu_smoke.py BUILD_DIR SOURCE_DIR MPIEXEC CASE WITH_CUDA
+"""
+import glob
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+import e2e_common as e  # noqa: E402
+
+case, with_cuda = sys.argv[4], sys.argv[5]
+if with_cuda.upper() not in ("ON", "1", "TRUE", "YES"):
+    print("SKIP: this build has no CUDA (LLMTRAIN_WITH_CUDA=OFF)")
+    sys.exit(77)
+smi = shutil.which("nvidia-smi")
+gpus = subprocess.run([smi, "-L"], stdout=subprocess.PIPE, text=True).stdout.strip() if smi else ""
+if not gpus.startswith("GPU "):
+    print("SKIP: no NVIDIA GPU on this machine (nvidia-smi " + ("lists none" if smi else "is absent") + ")")
+    sys.exit(77)
+print(gpus.splitlines()[0])
+work = e.setup(sys.argv, "gpu_" + case)
+GPU = ["--device=cuda", "--log_interval=1", "--eval_interval=1000", "--eval_iters=1", "--warmup_iters=2"]
+
+
+def train(out, cfg, *extra, n=1):
+    p = e.run(e.mpi(n, e.llmtrain(), os.path.join(e.source, "inputs", cfg), f"--data_dir={data}",
+                    f"--out_dir={out}", *GPU, *extra))
+    logs = e.run_logs(out)
+    import json
+    with open(logs[-1]) as f:
+        return p, json.load(f)
+
+
+def healthy(log, what):
+    its = log["training_iterations"]
+    assert its and all(math.isfinite(r["loss"]) for r in its), f"{what}: losses {[r.get('loss') for r in its]}"
+    assert not log["errors"], f"{what}: {log['errors']}"
+    assert log["summary"]["status"] == "completed", f"{what}: {log['summary']}"
+
+
+data = e.prepare()
+if case == "presets":
+    for cfg in sorted(os.path.basename(p) for p in glob.glob(os.path.join(e.source, "inputs", "full_*.cfg"))):
+        _, log = train(cfg, cfg, "--batch_size=2", "--max_iters=3", "--dtype=bfloat16")
+        healthy(log, cfg)
+        s = log["summary"]
+        print(f"{cfg}: {s.get('tokens_per_sec', 0):.0f} tokens/s, MFU {s.get('mfu', 'n/a')}, "
+              f"peak {s.get('allocated_peak_bytes', s.get('memory_peak_bytes', 'n/a'))}")
+elif case == "modes":
+    for compile_ in ("False", "True"):
+        for strat in ("ddp", "zero1", "fsdp"):
+            for dtype in ("float32", "bfloat16"):
+                tag = f"compile{compile_}_{strat}_{dtype}"
+                flags = [f"--compile={compile_}", f"--dtype={dtype}", "--max_iters=6"]
+                flags += {"ddp": [], "zero1": ["--use_zero1=True"], "fsdp": ["--use_fsdp=True"]}[strat]
+                _, log = train(tag, "tiny_llama.cfg", *flags)
+                healthy(log, tag)
+                print(f"{tag}: final loss {log['training_iterations'][-1]['loss']:.4f}")
+elif case == "resume":
+    for strat in ("zero1", "fsdp"):
+        for async_ in ("False", "True"):
+            tag = f"{strat}_async{async_}"
+            flags = ["--use_zero1=True" if strat == "zero1" else "--use_fsdp=True", "--dtype=bfloat16"]
+            train(f"{tag}_full", "tiny_llama.cfg", *flags, "--max_iters=6")
+            train(f"{tag}_part", "tiny_llama.cfg", *flags, "--max_iters=3", "--checkpoint_interval=3",
+                  f"--checkpoint_async={async_}")
+            train(f"{tag}_part", "tiny_llama.cfg", *flags, "--max_iters=6", "--init_from=resume")
+            a, b = e.losses(e.run_logs(f"{tag}_full")), e.losses(e.run_logs(f"{tag}_part"))
+            assert a == b, f"{tag}: resume differs\n{a}\n{b}"
+            print(f"{tag}: 3 + resume + 3 == 6 straight, bit for bit")
+else:
+    sys.exit(f"unknown case {case}")
