@@ -169,7 +169,7 @@ ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
 // Backward FLOP share of each parameter (its GEMM's), for when its bucket is ready.
 std::vector<BucketParam> bucket_params(const std::vector<ParamSpec>& table) {
   std::vector<BucketParam> v;
-  for (const auto& ps : table) v.push_back({ps.numel(), static_cast<int>(kParamBytes), 0, true});
+  for (const auto& ps : table) v.push_back({ps.numel(), 4, 0, true});  // fp32 parameters: the buckets' dtype
   return v;
 }
 
@@ -187,11 +187,12 @@ void bucket_comm(const RunShape& r, const WorldLayout& w, const DeviceProfile& p
   for (const auto& b : layout.buckets) {
     for (int si : b.slots) done += static_cast<double>(layout.slots[si].numel);
     ready.push_back(backward_s * done / total_numel);
-    dur.push_back(rs ? scatter_gather_s(p, w, b.bytes()) : allreduce_s(p, w, b.bytes()));
-    gather.push_back(scatter_gather_s(p, w, b.bytes()));
+    const double elems = static_cast<double>(b.numel);
+    dur.push_back(rs ? scatter_gather_s(p, w, elems * r.reduce_bytes) : allreduce_s(p, w, elems * r.reduce_bytes));
+    gather.push_back(scatter_gather_s(p, w, elems * r.gather_bytes));
   }
   double total = 0, bytes = 0;
-  for (size_t i = 0; i < dur.size(); ++i) total += dur[i], bytes += layout.buckets[i].bytes();
+  for (size_t i = 0; i < dur.size(); ++i) total += dur[i], bytes += layout.buckets[i].numel * r.reduce_bytes;
   const double exp = w.world_size > 1 ? exposed(serial_end(ready, dur), backward_s, total, p.comm_overlap) : 0.0;
   out.collectives.push_back({fmt::format("{} gradients ({} buckets of <= {:.0f} MiB)", rs ? "reduce-scatter" : "allreduce",
                                          layout.buckets.size(), r.bucket_bytes / (1024.0 * 1024.0)),
@@ -222,9 +223,11 @@ void fsdp_comm(const RunShape& r, const WorldLayout& w, const DeviceProfile& p, 
   double block = 0, root = 0;
   for (const auto& ps : parameter_table(r.model)) (ps.block >= 0 ? block : root) += static_cast<double>(ps.numel());
   const double L = static_cast<double>(r.model.n_layer);
-  auto padded = [&](double n) { return std::ceil(n / W) * W * kParamBytes; };
-  const double unit_b = padded(block / L), root_b = padded(root);
+  auto padded = [&](double n) { return std::ceil(n / W) * W; };
+  const double unit_n = padded(block / L), root_n = padded(root);
+  const double unit_b = unit_n * r.gather_bytes, root_b = root_n * r.gather_bytes;
   const double g = scatter_gather_s(p, w, unit_b), rg = scatter_gather_s(p, w, root_b);
+  const double rs = scatter_gather_s(p, w, unit_n * r.reduce_bytes), rrs = scatter_gather_s(p, w, root_n * r.reduce_bytes);
   const double fwd_blk = c.forward() / L, bwd_blk = c.backward() / L;
   const double micro = static_cast<double>(r.grad_accum);
   auto hidden = [&](double comm, double compute) {
@@ -232,11 +235,11 @@ void fsdp_comm(const RunShape& r, const WorldLayout& w, const DeviceProfile& p, 
     return p.comm_overlap * lead + (1.0 - p.comm_overlap) * comm * L;
   };
   const double fwd_exp = hidden(g, fwd_blk) + rg;
-  const double bwd_exp = hidden(2.0 * g, bwd_blk) + rg;  // gather + reduce-scatter per block; root grads at the end
+  const double bwd_exp = hidden(g + rs, bwd_blk);  // gather + reduce-scatter per block
   out.collectives.push_back({"all-gather block parameters (forward and backward)", micro * 2 * (L * unit_b + root_b),
-                             micro * 2 * (L * g + rg), micro * (fwd_exp + bwd_exp - rg)});
-  out.collectives.push_back({"reduce-scatter block gradients", micro * (L * unit_b + root_b), micro * (L * g + rg),
-                             micro * rg});
+                             micro * (2 * L * g + rg), micro * (fwd_exp + bwd_exp)});
+  out.collectives.push_back({"reduce-scatter block gradients", micro * (L * unit_n + root_n) * r.reduce_bytes,
+                             micro * (L * rs + rrs), micro * rrs});  // the root's gradients at the end, exposed
 }
 
 double optimizer_seconds(const RunShape& r, const WorldLayout& w, const DeviceProfile& p) {

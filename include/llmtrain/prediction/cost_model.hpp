@@ -30,6 +30,10 @@ struct RunShape {
   double bucket_bytes = 25.0 * 1024 * 1024;
   int64_t checkpoint_interval = 0; // 0: a checkpoint per evaluation (the bound when val improves each time)
   int64_t eval_interval = 250;
+  // Bytes per element of the parameters gathered (FSDP, ZeRO-1) and of the
+  // gradients reduced. This implementation keeps both in fp32 (4); other
+  // implementations a published run used may gather bf16 (2).
+  double gather_bytes = 4.0, reduce_bytes = 4.0;
   static RunShape from_config(const Config& c, const ModelConfig& m);
 };
 
