@@ -166,11 +166,11 @@ CommFigures measure_collectives(Collectives& comm, double bytes, const torch::De
   return f;
 }
 
-// Checkpoint writes: 64 MiB written and fsynced by every rank at once.
+// Checkpoint writes: 16 MiB written and fsynced by every rank at once.
 double measure_storage_gbps(const std::string& dir, int rank) {
   std::filesystem::create_directories(dir);
   const std::string path = fmt::format("{}/.calibrate_{}.tmp", dir, rank);
-  std::vector<char> block(64 << 20, 1);
+  std::vector<char> block(16 << 20, 1);
   const double s = time_call(
       [&] {
         const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
