@@ -246,8 +246,10 @@ double optimizer_seconds(const RunShape& r, const WorldLayout& w, const DevicePr
   const double P = static_cast<double>(r.model.num_params());
   const double shard = r.strategy == StrategyKind::ddp ? P : P / static_cast<double>(w.world_size);
   const double bytes = shard * (kAdamBytes + (w.world_size > 1 ? kAverageBytes : 0.0));
-  const double tensors = static_cast<double>(parameter_table(r.model).size());
-  return bytes / (p.memory_gbps * 1e9) + 2.0 * tensors * p.launch_us * 1e-6;
+  // The fused kernel steps a bucket's (FSDP: a unit's) tensors in a few
+  // multi-tensor launches: about four per bucket-sized piece of the shard.
+  const double calls = std::ceil(shard * kParamBytes / r.bucket_bytes) + 1.0;
+  return bytes / (p.memory_gbps * 1e9) + 4.0 * calls * p.launch_us * 1e-6;
 }
 
 }  // namespace

@@ -110,7 +110,7 @@ TEST(CostModel, DdpBucketsOverlapBackward) {
   auto a100 = load_device_profile("a100_sxm_80gb");
   const ModelConfig m = llama(24, 2048, 16, 2048, 32000);
   RunShape r = run(m, ComputeDtype::bfloat16, 4, StrategyKind::ddp);
-  const WorldLayout w{16, 8};
+  const WorldLayout w{8, 8};
   const auto small = predict_step(r, w, a100);
   r.bucket_bytes = 1e12;
   const auto whole = predict_step(r, w, a100);
