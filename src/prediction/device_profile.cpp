@@ -94,23 +94,27 @@ DeviceProfile gpu_profile(const GpuFigures& g) {
   return p;
 }
 
-// This project's build machines (Debian 12, 2 shared cores), measured by
-// `llmtrain --calibrate` (docs/performance-model.md gives the command and date).
+// This project's build machines (Debian 12 VM, 2 shared Xeon cores with
+// avx512_bf16): `mpirun -np 2 llmtrain inputs/tiny_llama.cfg --device=cpu
+// --calibrate` on 2026-11-25 at 19:08 UTC, while about seven other builds ran
+// (load average 22): these are the rates of a crowded machine, one thread per
+// rank; calibrate on yours (docs/performance-model.md). inter_node_busbw_gbps
+// is not measured on one host (1 Gbit/s Ethernet, 0.82 x 0.125 GB/s).
 DeviceProfile cpu_dev_profile() {
   DeviceProfile p;
   p.name = "cpu_dev";
-  p.source = "built-in (llmtrain --calibrate on a build machine, docs/performance-model.md)";
-  p.matmul_tflops_16bit = 0.020;
-  p.matmul_tflops_fp32 = 0.060;
-  p.attention_tflops_16bit = 0.010;
-  p.attention_tflops_fp32 = 0.020;
-  p.memory_gbps = 4.0;
-  p.intra_node_busbw_gbps = 2.0;
+  p.source = "built-in (llmtrain --calibrate on a build machine, 2026-11-25; docs/performance-model.md)";
+  p.matmul_tflops_16bit = 0.00337;
+  p.matmul_tflops_fp32 = 0.00709;
+  p.attention_tflops_16bit = 0.000207;
+  p.attention_tflops_fp32 = 0.00104;
+  p.memory_gbps = 0.79;
+  p.intra_node_busbw_gbps = 1.25;
   p.inter_node_busbw_gbps = 0.1;
-  p.collective_latency_us = 50.0;
-  p.launch_us = 10.0;
-  p.storage_gbps = 0.5;
-  p.data_batch_us = 300.0;
+  p.collective_latency_us = 0.8;
+  p.launch_us = 69.5;
+  p.storage_gbps = 0.059;
+  p.data_batch_us = 447.0;
   p.comm_overlap = 0.0;
   return p;
 }
