@@ -80,9 +80,12 @@ TEST(CostModel, PhasesRespondToTheirInputs) {
   ASSERT_TRUE(base.mfu_percent.has_value());
   EXPECT_GT(*base.mfu_percent, 5.0);
   EXPECT_LT(*base.mfu_percent, 100.0);
-  // Twice the batch: about twice the compute.
+  // Twice the batch: the GEMMs, attention and activation traffic double; the
+  // per-micro-batch weight casts, gradient copies and launches do not.
   const auto twice = predict_step(run(m, ComputeDtype::bfloat16, 16, StrategyKind::ddp), one, h100);
-  EXPECT_NEAR(twice.forward_backward_s() / base.forward_backward_s(), 2.0, 0.15);
+  EXPECT_NEAR(twice.matmul_s / base.matmul_s, 2.0, 0.15);  // less a launch per GEMM
+  EXPECT_GT(twice.forward_backward_s() / base.forward_backward_s(), 1.6);
+  EXPECT_LT(twice.forward_backward_s() / base.forward_backward_s(), 2.0);
   // fp32 runs on TF32, half the bf16 rate: slower.
   EXPECT_GT(predict_step(run(m, ComputeDtype::float32, 8, StrategyKind::ddp), one, h100).matmul_s,
             1.8 * base.matmul_s);
