@@ -1,6 +1,7 @@
 // llmtrain-plan: from a FLOP budget to a model shape, a token count, an expected
 // loss and (at a measured speed) a wall-clock time; the loss law is Chinchilla's
 // or one fitted to the user's own runs (--fit). docs/planning.md.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -74,7 +75,7 @@ std::string command_line(int argc, char** argv) {
 
 // What the command line asks for; numbers are checked where they are used.
 struct PlanArgs {
-  std::string family, config_file, layers_text, widths_text, law_text, run_log, write_config;
+  std::string family, config_file, layers_text, widths_text, law_text, run_log, write_config, device;
   std::vector<std::string> sets, fit_logs, predict_logs;
   FlopAccounting accounting = FlopAccounting::mfu;
   std::optional<double> flops, tokens, max_tokens_per_param, tokens_per_param;
@@ -131,6 +132,9 @@ std::optional<PlanArgs> parse_args(int argc, char** argv) {
       "exit with code 3 if a --predict error exceeds this many percent (0 = never)")(
       "run_log", po::value<std::string>(&a.run_log),
       "a measured run: adds wall-clock days and GPU-hours at its speed (MFU-accounted FLOP/s per GPU)")(
+      "device", po::value<std::string>(&a.device),
+      "a device profile (h100_sxm, a100_sxm_80gb, ... or a --calibrate file): adds days and GPU-hours at the "
+      "performance model's predicted speed (docs/performance-model.md)")(
       "gpus", po::value<int>(&a.gpus), "GPUs for the times, the memory per GPU and --write_config's max_iters (default: the run log's, else 8)")(
       "json", "print the table as JSON (one object per candidate; with --fit an object with the fit too)")(
       "write_config", po::value<std::string>(&a.write_config), "write the chosen shape as an inputs/-style preset")(
@@ -324,6 +328,14 @@ int main(int argc, char** argv) try {
   if (static_cast<int64_t>(rows.size()) > a.top) rows.resize(static_cast<size_t>(a.top));
 
   plan_apply_memory(rows, gpus);
+  if (!a.device.empty() && speed)
+    throw ConfigError("--device and --run_log both give the times: choose one");
+  if (!a.device.empty()) {
+    plan_apply_prediction(rows, a.device, gpus, std::min(gpus, 8));
+    if (!a.json)
+      std::cout << fmt::format("times predicted for {} x {} ({} per node) by the performance model\n", gpus, a.device,
+                               std::min(gpus, 8));
+  }
   if (speed) {
     plan_apply_speed(rows, *speed, gpus);
     if (!a.json) print_speed(*speed, gpus);

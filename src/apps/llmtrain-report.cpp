@@ -128,6 +128,8 @@ int main(int argc, char** argv) try {
                              s.value("warmup_iters_skipped", 0), runs[i].ending());
   }
   std::cout << "\n" << llmtrain::format_comparison_table(runs) << "\n";
+  if (const std::string t = llmtrain::format_prediction_table(runs); !t.empty())
+    std::cout << "measured against predicted (docs/performance-model.md):\n" << t << "\n";
   std::cout << llmtrain::format_budget_table(runs, budget);
   if (vm.count("scaling")) std::cout << "\n" << llmtrain::format_scaling_table(runs);
 

@@ -4,9 +4,12 @@
 #include <filesystem>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "llmtrain/core/config.hpp"   // defines: Config, parse_command_line
 #include "llmtrain/core/log.hpp"      // defines: log::info (rank 0 only)
 #include "llmtrain/distributed/runtime.hpp"  // defines: Runtime, run_main (errors abort every rank)
+#include "llmtrain/prediction/calibrate.hpp"  // defines: calibrate_device_profile (--calibrate)
 #include "llmtrain/train/describe.hpp"   // defines: describe_model
 #include "llmtrain/train/hf_init.hpp"    // defines: apply_hf_config (init_from=hf:DIR sets the model keys)
 #include "llmtrain/train/run_log.hpp"   // defines: library_versions, format_versions
@@ -25,6 +28,11 @@ int main(int argc, char** argv) {
                 "  --help                  this text\n"
                 "  --describe              architecture, parameters, FLOPs/token and GPU memory estimates; no training\n"
                 "  --describe_world_size=N world size --describe assumes for ZeRO-1/FSDP (default 8)\n"
+                "  --describe_device=D     device profile of the predicted step time: a built-in name (h100_sxm,\n"
+                "                          h100_pcie, h200, b200, a100_sxm_80gb, rtx_a6000, l40s, cpu_dev) or a file\n"
+                "  --describe_ranks_per_node=R  ranks per node the prediction assumes (default min(world size, 8))\n"
+                "  --describe_format=json  --describe as one JSON object\n"
+                "  --calibrate             measure this machine's device profile -> out_dir/device_profile.json\n"
                 "  --print_config          print every key's resolved value and exit\n"
                 "  --config_docs           print docs/config.md (every key as a Markdown table)\n"
                 "  --version               versions of llmtrain, LibTorch (its CUDA, cuDNN), MPI, HDF5, NCCL\n"
@@ -48,7 +56,17 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cl.describe) {
-      log::info("{}", describe_model(cfg, cl.describe_world_size));
+      const PredictionInput pi{cl.describe_world_size, cl.describe_ranks_per_node, cl.describe_device};
+      if (cl.describe_format == "json")
+        log::info("{}", nlohmann::json{{"prediction", describe_prediction_json(cfg, pi)}}.dump());
+      else
+        log::info("{}\n{}", describe_model(cfg, cl.describe_world_size), describe_prediction(cfg, pi));
+      return 0;
+    }
+    if (cl.calibrate) {
+      DeviceProfile measured;
+      const std::string path = calibrate_device_profile(cfg, rt, &measured);
+      log::info("{}\ndevice profile written to {}", device_profile_json(measured).dump(2), path);
       return 0;
     }
     cfg.refuse_unbuilt();

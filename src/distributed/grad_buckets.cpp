@@ -1,5 +1,7 @@
 #include "distributed/grad_buckets.hpp"
 
+#include "distributed/bucket_layout.hpp"
+
 #include <fmt/format.h>
 
 #include "llmtrain/core/error.hpp"
@@ -10,27 +12,25 @@ GradBuckets::GradBuckets(const std::vector<torch::Tensor>& params, const std::ve
                          double bucket_bytes, Collectives& comm, Reduce reduce, bool flatten_params)
     : comm_(comm), reduce_(reduce) {
   const int64_t pad_to = reduce == Reduce::reduce_scatter ? comm.world_size() : 1;
-  // Reverse forward order: the first buckets complete first in backward.
-  for (size_t k = params.size(); k-- > 0;) {
+  std::vector<BucketParam> sizes;
+  for (size_t k = 0; k < params.size(); ++k) {
     const auto& p = params[k];
-    if (!p.requires_grad()) continue;
-    LLMTRAIN_CHECK(p.is_contiguous(), "parameter {} is not contiguous", k);
-    const bool new_bucket = buckets_.empty() || buckets_.back().dtype != p.scalar_type() ||
-                            static_cast<double>(buckets_.back().numel * p.element_size()) >= bucket_bytes;
-    if (new_bucket) {
-      buckets_.emplace_back();
-      buckets_.back().dtype = p.scalar_type();
-    }
-    auto& b = buckets_.back();
-    Slot s{p, static_cast<int>(k), static_cast<int>(buckets_.size() - 1), b.numel, p.numel(), decay[k]};
-    b.numel += p.numel();
-    b.slots.push_back(static_cast<int>(slots_.size()));
-    slots_.push_back(s);
+    LLMTRAIN_CHECK(!p.requires_grad() || p.is_contiguous(), "parameter {} is not contiguous", k);
+    sizes.push_back({p.numel(), static_cast<int>(p.element_size()), static_cast<int>(p.scalar_type()),
+                     p.requires_grad()});
   }
+  const BucketLayout layout = plan_bucket_layout(sizes, bucket_bytes, pad_to);
+  for (const auto& lb : layout.buckets) {
+    buckets_.emplace_back();
+    buckets_.back().dtype = static_cast<torch::ScalarType>(lb.dtype);
+    buckets_.back().numel = lb.numel;
+    buckets_.back().slots = lb.slots;
+  }
+  for (const auto& ls : layout.slots)
+    slots_.push_back({params[ls.param], ls.param, ls.bucket, ls.offset, ls.numel, static_cast<bool>(decay[ls.param])});
   const auto device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
   torch::NoGradGuard no_grad;
   for (auto& b : buckets_) {
-    b.numel = (b.numel + pad_to - 1) / pad_to * pad_to;
     const auto opts = torch::TensorOptions().dtype(b.dtype).device(device);
     b.grad = torch::zeros({b.numel}, opts);
     if (reduce_ == Reduce::reduce_scatter) b.grad_shard = torch::zeros({b.numel / pad_to}, opts);

@@ -3,7 +3,7 @@
 // param_and_grad_buffer: one bucketed buffer serves DDP's allreduce and
 // ZeRO-1's reduce-scatter).
 //
-// Layout: parameters in reverse forward order (backward produces the last
+// Layout (bucket_layout.hpp, which the performance model reads too): parameters in reverse forward order (backward produces the last
 // layers' gradients first), cut into buckets of about `bucket_bytes`, split
 // where the dtype changes. Each bucket is padded to a multiple of `pad_to`
 // (world size for reduce-scatter, so rank r owns [r*n/W, (r+1)*n/W); with

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/prediction/cost_model.hpp"
 #include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/model/params.hpp"
@@ -250,6 +251,18 @@ void plan_apply_speed(std::vector<Candidate>& candidates, const MeasuredSpeed& s
   for (auto& c : candidates) {
     const double seconds = c.tokens * c.flops_per_token_mfu / (per_device * static_cast<double>(gpus));
     c.hours = seconds / 3600.0;
+    c.gpu_hours = *c.hours * gpus;
+  }
+}
+
+void plan_apply_prediction(std::vector<Candidate>& candidates, const std::string& device, int gpus,
+                           int ranks_per_node) {
+  LLMTRAIN_CHECK(gpus >= 1, "--gpus must be >= 1, got {}", gpus);
+  const DeviceProfile profile = load_device_profile(device);
+  for (auto& c : candidates) {
+    const ModelConfig m = model_of(c.config);
+    const StepPrediction p = predict_step(RunShape::from_config(c.config, m), {gpus, ranks_per_node}, profile);
+    c.hours = c.tokens / p.tokens_per_s / 3600.0;
     c.gpu_hours = *c.hours * gpus;
   }
 }

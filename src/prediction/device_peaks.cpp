@@ -36,6 +36,8 @@ namespace {
 //    and 2500. FP32 (TF32 off): unknown.
 //  RTX A6000: NVIDIA RTX A6000 datasheet: FP32 38.7, BF16/FP16 tensor 154.8 dense
 //    (309.7 sparse). TF32: unknown (not in the table).
+//  L40S: NVIDIA L40S datasheet: FP32 91.6, TF32 183 (366 sparse), BF16/FP16
+//    362.05 (733 sparse).
 constexpr PeakMath bf16 = PeakMath::bf16, fp16 = PeakMath::fp16, tf32 = PeakMath::tf32, fp32 = PeakMath::fp32;
 const std::vector<DevicePeakEntry> kTable = {
     {"A100", bf16, 312.0},      {"A100", fp16, 312.0},      {"A100", tf32, 156.0},      {"A100", fp32, 19.5},
@@ -48,6 +50,7 @@ const std::vector<DevicePeakEntry> kTable = {
     {"B200", bf16, 2250.0},     {"B200", fp16, 2250.0},     {"B200", tf32, 1125.0},
     {"GB200", bf16, 2500.0},    {"GB200", fp16, 2500.0},    {"GB200", tf32, 1250.0},
     {"RTX A6000", bf16, 154.8}, {"RTX A6000", fp16, 154.8}, {"RTX A6000", fp32, 38.7},
+    {"L40S", bf16, 362.05},     {"L40S", fp16, 362.05},     {"L40S", tf32, 183.0},      {"L40S", fp32, 91.6},
 };
 
 // CUDA device-name fragments -> table model, most specific first (GB200 before
@@ -59,7 +62,7 @@ const std::vector<std::pair<std::string, std::string>> kNameRules = {
     {"GB200", "GB200"},        {"B200", "B200"},         {"GH200", "GH200"},
     {"H200 NVL", "H200 NVL"},  {"H200", "H200"},         {"H100 NVL", "H100 NVL"},
     {"H100 PCIE", "H100 PCIe"}, {"H100 80GB HBM3", "H100 SXM"}, {"H100 SXM", "H100 SXM"},
-    {"A100", "A100"},          {"RTX A6000", "RTX A6000"},
+    {"A100", "A100"},          {"RTX A6000", "RTX A6000"}, {"L40S", "L40S"},
 };
 
 std::string upper(std::string s) {

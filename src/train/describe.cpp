@@ -1,8 +1,12 @@
 #include "llmtrain/train/describe.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "llmtrain/core/config.hpp"
+#include "llmtrain/prediction/cost_model.hpp"
 #include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/model/params.hpp"
@@ -20,7 +24,27 @@ std::string grouped(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+WorldLayout layout_of(const PredictionInput& in) {
+  return {in.world_size, in.ranks_per_node > 0 ? in.ranks_per_node : std::min<int64_t>(in.world_size, 8)};
+}
+StepPrediction predict(const Config& c, const PredictionInput& in) {
+  const ModelConfig m = ModelConfig::from_config(c, 0);
+  return predict_step(RunShape::from_config(c, m), layout_of(in), load_device_profile(in.device));
+}
 }  // namespace
+
+std::string describe_prediction(const Config& c, const PredictionInput& in) {
+  return format_prediction(predict(c, in), layout_of(in));
+}
+
+nlohmann::json describe_prediction_json(const Config& c, const PredictionInput& in) {
+  nlohmann::json j = prediction_json(predict(c, in));
+  const WorldLayout w = layout_of(in);
+  j["world_size"] = w.world_size;
+  j["ranks_per_node"] = w.ranks_per_node;
+  return j;
+}
 
 std::string describe_model(const Config& c, int64_t world_size) {
   const ModelConfig m = ModelConfig::from_config(c, 0);

@@ -3,6 +3,7 @@
 #include "llmtrain/train/run_report.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,7 @@ RunSummary summarize_run_log(const RunLogData& log, int64_t warmup_iters) {
   }
   if (warmup_iters < 0) warmup_iters = value_or<int64_t>(cfg, "warmup_report_iters", 50);
 
+  if (const auto* p = log.startup({"prediction"}); p && p->contains("step_time_s")) r.prediction = *p;
   r.errors = log.errors;
   r.status = log.summary.empty() ? "cut off" : value_or<std::string>(log.summary, "status", "unknown");
   if (!iters.empty()) r.last_iter = value_or<int64_t>(iters.back(), "iter", static_cast<int64_t>(iters.size()) - 1);
@@ -91,6 +93,36 @@ RunSummary summarize_run_log(const RunLogData& log, int64_t warmup_iters) {
 
 RunSummary read_run_log(const std::string& path, int64_t warmup_iters) {
   return summarize_run_log(load_run_log(path), warmup_iters);
+}
+
+std::string format_prediction_table(const std::vector<RunSummary>& runs) {
+  // Run-log phase (summary mean_<name>) -> the prediction's phase.
+  static const std::pair<const char*, const char*> phases[] = {{"data_ms", "data_s"},
+                                                               {"forward_backward_ms", "forward_backward_s"},
+                                                               {"communication_ms", "communication_s"},
+                                                               {"optimizer_ms", "optimizer_s"}};
+  std::string s;
+  for (const auto& r : runs) {
+    if (r.prediction.is_null()) continue;
+    if (s.empty())
+      s = fmt::format("{:<44} {:>5} {:>12} {:>13} {:>9}  {}\n", "config", "GPUs", "measured ms", "predicted ms",
+                      "error", "largest difference (measured / predicted ms)");
+    const double meas = sum_num(r.summary, "mean_dt_ms");
+    const double pred = value_or<double>(r.prediction, "step_time_s", 0.0) * 1e3;
+    std::string worst = "-";
+    double worst_diff = 0;
+    const auto& pp = r.prediction.contains("phases") ? r.prediction["phases"] : nlohmann::json::object();
+    for (const auto& [mk, pk] : phases) {
+      const double m = sum_num(r.summary, (std::string("mean_") + mk).c_str());
+      const double p = value_or<double>(pp, pk, 0.0) * 1e3;
+      if (std::abs(m - p) > worst_diff)
+        worst_diff = std::abs(m - p), worst = fmt::format("{} {:.4g} / {:.4g}", mk, m, p);
+    }
+    const double err = pred > 0 ? meas / pred - 1.0 : 0.0;
+    s += fmt::format("{:<44} {:>5} {:>12.1f} {:>13.1f} {:>+8.1f}%  {}{}\n", r.label, r.world_size, meas, pred,
+                     100.0 * err, worst, std::abs(err) > 0.25 ? "  OFF by more than 25%" : "");
+  }
+  return s;
 }
 
 std::string format_comparison_table(const std::vector<RunSummary>& runs) {

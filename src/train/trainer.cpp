@@ -18,6 +18,7 @@
 #include "llmtrain/core/error.hpp"          // defines: Error, MPI_CHECK
 #include "llmtrain/core/fault.hpp"          // defines: fault::hit (named fault points for the tests)
 #include "llmtrain/core/log.hpp"            // defines: log::info (rank 0 only)
+#include "llmtrain/train/prediction_check.hpp"  // defines: PredictionCheck, run_device_profile
 #include "llmtrain/data/loader.hpp"         // defines: TokenLoader, Batch, read_data_info
 #include "llmtrain/distributed/collectives.hpp"    // defines: Collectives, make_collectives
 #include "llmtrain/distributed/runtime.hpp"        // defines: Runtime (rank, device)
@@ -77,6 +78,7 @@ struct Trainer::Impl {
   std::unique_ptr<Collectives> comm;
   std::unique_ptr<Strategy> strategy;
   std::unique_ptr<TokenLoader> train_loader;
+  std::optional<PredictionCheck> prediction;  // none when the device has no profile
   LrSchedule schedule;
   LossScaler scaler{false};
   std::unique_ptr<Metrics> metrics;
@@ -158,6 +160,7 @@ struct Trainer::Impl {
                                  {"iteration", resumed->state.iteration},
                                  {"world_size", resumed->world_size},
                                  {"strategy", resumed->strategy}};
+    predict_run(startup);
     run_log->set_startup_info(std::move(startup));
     run_log->flush(/*force=*/true);
     // How the run's record survives its end: another rank's fatal error is
@@ -475,8 +478,31 @@ struct Trainer::Impl {
     return result;
   }
 
+  // The predicted step (prediction/cost_model.hpp) for this run's layout and
+  // device profile, printed and kept in startup_info.prediction.
+  void predict_run(nlohmann::json& startup) {
+    std::string why;
+    const auto profile = run_device_profile(cfg, rt.device_name(), &why);
+    if (!profile) {
+      startup["prediction"] = {{"unknown", why}};
+      log::info("predicted step: unknown ({})", why);
+      return;
+    }
+    const WorldLayout world{rt.world_size(), rt.local_size()};
+    prediction.emplace(predict_step(RunShape::from_config(cfg, mcfg), world, *profile));
+    startup["prediction"] = prediction_json(prediction->predicted());
+    startup["prediction"]["profile"] = device_profile_json(*profile);
+    startup["prediction"]["profile"]["source"] = profile->source;
+    log::info("{}", format_prediction(prediction->predicted(), world));
+  }
+
   // The iteration's run-log record, and its self-check failures as errors.
   void record_iteration(const IterationMetrics& it) {
+    if (prediction)
+      if (auto slow = prediction->observe(it, cfg.warmup_report_iters)) {
+        log::warn("{}", *slow);
+        run_log->add_event({{"iter", it.iter}, {"kind", "slower_than_predicted"}, {"message", *slow}});
+      }
     run_log->add_iteration(it.to_json());
     for (const auto& e : it.errors) {
       run_log->add_error(e);
@@ -557,6 +583,7 @@ struct Trainer::Impl {
     const auto summary = metrics->summary(cfg.warmup_report_iters);
     auto s = summary;
     s["bad_steps"] = state.bad_steps;
+    if (prediction) prediction->add_to_summary(s);
     s["status"] = result.stopped_by_signal ? "stopped" : "completed";
     if (result.stopped_by_signal) s["stop_signal"] = result.stopped_by_signal;
     run_log->set_summary(s);

@@ -63,6 +63,10 @@ struct CommandLine {
   bool config_docs = false;  // print docs/config.md (the key table) and exit
   bool version = false;      // print the program's and libraries' versions and exit
   int64_t describe_world_size = 8;  // world size assumed by --describe
+  std::string describe_format = "text";  // --describe's output: text or json
+  std::string describe_device = "h100_sxm";  // --describe's device profile: built-in name or file
+  int64_t describe_ranks_per_node = 0;   // 0: min(world size, 8)
+  bool calibrate = false;    // measure the device profile (out_dir/device_profile.json) and exit
 };
 
 // Parses argv with Boost.Program_options: positional config file(s) first, then

@@ -120,6 +120,13 @@ MeasuredSpeed read_measured_speed(const std::string& run_log_path);
 // fast (in MFU-accounted FLOP/s per device) as the measured run's.
 void plan_apply_speed(std::vector<Candidate>& candidates, const MeasuredSpeed& speed, int gpus);
 
+// Wall-clock hours and GPU-hours of each candidate on `gpus` devices of the
+// device profile `device` (a built-in name or a --calibrate file), `ranks_per_node`
+// to a node: the performance model's step time (prediction/cost_model.hpp) for
+// the candidate's config, strategy and batch; D / predicted tokens/s.
+void plan_apply_prediction(std::vector<Candidate>& candidates, const std::string& device, int gpus,
+                           int ranks_per_node);
+
 // Fills memory_strategy / memory_per_gpu of each candidate for `gpus` ranks:
 // estimate_memory() (distributed/memory_model) with the config's dtype,
 // batch_size and attention backend, the strategy the config selects.

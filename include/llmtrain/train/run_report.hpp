@@ -29,6 +29,7 @@ struct RunSummary {
   int64_t last_iter = -1;               // the last iteration record's iter (-1: none)
   bool cut_off() const { return status == "cut off"; }
   std::string ending() const;           // "completed", "cut off at iteration 29 (no summary: ...)", ...
+  nlohmann::json prediction;            // startup_info.prediction (docs/performance-model.md); null if absent
   std::vector<std::string> errors;      // the log's errors[] + the self-check on every record
 };
 
@@ -41,6 +42,10 @@ RunSummary summarize_run_log(const RunLogData& log, int64_t warmup_iters);
 
 // Plain-text tables of llmtrain-report.
 std::string format_comparison_table(const std::vector<RunSummary>& runs);
+// Measured against predicted step time (startup_info.prediction) per run, the
+// phase that differs most, and "OFF" where the measured step is more than 25%
+// away from the prediction. Empty when no run carries a prediction.
+std::string format_prediction_table(const std::vector<RunSummary>& runs);
 // Hours and days to train on `token_budget` tokens at each run's tokens/s.
 std::string format_budget_table(const std::vector<RunSummary>& runs, double token_budget);
 // Weak and strong scaling efficiency relative to the run with the fewest devices:

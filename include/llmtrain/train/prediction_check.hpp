@@ -1,0 +1,50 @@
+// The run's predicted step (prediction/cost_model.hpp) beside the measured one:
+// recorded in the run log at start (startup_info.prediction), compared phase by
+// phase in the summary (summary.predicted_step_time_s, summary.prediction), and
+// one warning when, after warm-up, steps run more than 25% slower than predicted,
+// naming the phase that grew and what to check.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "llmtrain/prediction/cost_model.hpp"
+#include "llmtrain/train/metrics.hpp"
+
+namespace llmtrain {
+
+// The profile a run predicts with: the device_profile key (a file or a built-in
+// name), else the built-in profile of the detected device; nullopt (with the
+// reason in `why`) when the device has none.
+std::optional<DeviceProfile> run_device_profile(const Config& c, const std::string& device_name, std::string* why);
+
+// Steps slower than this factor of the prediction, after warm-up, warn once.
+constexpr double kSlowStepFactor = 1.25;
+
+class PredictionCheck {
+ public:
+  explicit PredictionCheck(StepPrediction predicted) : p_(std::move(predicted)) {}
+  const StepPrediction& predicted() const { return p_; }
+  // Called after every iteration with that iteration's metrics. Returns the
+  // warning (once per run) when the median of the last settled steps is more
+  // than kSlowStepFactor x the prediction.
+  std::optional<std::string> observe(const IterationMetrics& it, int64_t max_warmup_iters);
+  // Adds summary.predicted_step_time_s and summary.prediction {phase: {measured_ms,
+  // predicted_ms}, ratio} to a Metrics::summary().
+  void add_to_summary(nlohmann::json& summary) const;
+
+ private:
+  StepPrediction p_;
+  std::vector<double> dt_ms_;
+  std::vector<IterationMetrics> recent_;
+  std::optional<int64_t> settled_after_;
+  bool warned_ = false;
+};
+
+// The warning's text for measured phases against the prediction (pure: tests call it).
+std::string slow_step_message(const StepPrediction& p, double measured_ms, const std::array<double, kNumPhases>& phase_ms,
+                              double other_ms);
+
+}  // namespace llmtrain

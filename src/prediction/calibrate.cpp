@@ -1,0 +1,230 @@
+#include "llmtrain/prediction/calibrate.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+
+#include <fmt/format.h>
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "llmtrain/core/atomic_file.hpp"
+#include "llmtrain/core/config.hpp"
+#include "llmtrain/core/log.hpp"
+#include "llmtrain/data/loader.hpp"
+#include "llmtrain/distributed/collectives.hpp"
+#include "llmtrain/distributed/runtime.hpp"
+#include "llmtrain/prediction/cost_model.hpp"
+
+namespace llmtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Median of 5 timed repetitions (after one warm-up) of `f`, each repetition
+// running f `reps` times; seconds per call. The slowest rank's median.
+double time_call(const std::function<void()>& f, int reps, const torch::Device& device) {
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize();
+  };
+  f();
+  sync();
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    for (int r = 0; r < reps; ++r) f();
+    sync();
+    t.push_back(std::chrono::duration<double>(Clock::now() - start).count() / reps);
+  }
+  std::sort(t.begin(), t.end());
+  double med = t[2], slowest = 0;
+  MPI_Allreduce(&med, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
+// Repetitions so that one timed repetition takes about 50 ms.
+int reps_for(double flops_or_bytes, double rate_per_s) {
+  return static_cast<int>(std::clamp(0.05 * rate_per_s / std::max(1.0, flops_or_bytes), 1.0, 200.0));
+}
+
+// GEMMs of forward_gemms() in the layouts the model runs them (nn::Linear: x W^T;
+// backward: dY W and dY^T X). Returns the FLOP-weighted rate over all of them.
+double measure_gemms(const ModelConfig& m, int64_t batch, bool sixteen, const torch::Device& dev, DeviceProfile& p) {
+  const auto opt = torch::TensorOptions().device(dev).dtype(sixteen ? torch::kBFloat16 : torch::kFloat);
+  double flops_total = 0, seconds_total = 0;
+  torch::NoGradGuard no_grad;
+  for (const auto& g : forward_gemms(m, batch)) {
+    auto x = torch::randn({g.m, g.k}, opt), w = torch::randn({g.n, g.k}, opt), dy = torch::randn({g.m, g.n}, opt);
+    const double flops = 2.0 * g.m * g.n * g.k;
+    const int reps = reps_for(flops, sixteen ? 2e10 : 5e10);
+    struct Product {
+      int64_t m, n, k;
+      std::function<void()> run;
+    };
+    const std::vector<Product> products = {
+        {g.m, g.n, g.k, [&] { (void)torch::matmul(x, w.t()); }},   // forward
+        {g.m, g.k, g.n, [&] { (void)torch::matmul(dy, w); }},      // input gradient
+        {g.n, g.k, g.m, [&] { (void)torch::matmul(dy.t(), x); }},  // weight gradient
+    };
+    for (const auto& pr : products) {
+      const double s = time_call(pr.run, reps, dev);
+      p.gemm_tflops[gemm_key(pr.m, pr.n, pr.k, sixteen)] = flops / s / 1e12;
+      flops_total += g.count * flops;
+      seconds_total += g.count * s;
+    }
+  }
+  return flops_total / seconds_total / 1e12;
+}
+
+// Causal SDPA forward + backward at the model's shape; FLOPs counted as the
+// cost model counts them (the causal half, backward 2.5x forward).
+double measure_attention(const ModelConfig& m, int64_t batch, bool sixteen, const torch::Device& dev) {
+  const auto opt =
+      torch::TensorOptions().device(dev).dtype(sixteen ? torch::kBFloat16 : torch::kFloat).requires_grad(true);
+  auto q = torch::randn({batch, m.n_head, m.block_size, m.head_dim}, opt);
+  auto k = torch::randn({batch, m.n_kv_head, m.block_size, m.head_dim}, opt);
+  auto v = torch::randn({batch, m.n_kv_head, m.block_size, m.head_dim}, opt);
+  const double fwd = 4.0 * batch * m.n_head * m.block_size * m.block_size * m.head_dim / 2.0;
+  const double s = time_call(
+      [&] {
+        auto o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, m.n_kv_head != m.n_head);
+        o.sum().backward();
+      },
+      reps_for(fwd * 3.5, 1e10), dev);
+  return fwd * 3.5 / s / 1e12;
+}
+
+// Element-wise bandwidth on tensors of the model's activation size: c = a + b
+// reads 2 and writes 1.
+double measure_memory(int64_t numel, const torch::Device& dev) {
+  numel = std::max<int64_t>(numel, 1 << 20);
+  auto a = torch::randn({numel}, torch::TensorOptions().device(dev)), b = torch::randn_like(a), c = torch::empty_like(a);
+  const double bytes = 12.0 * numel;
+  const double s = time_call([&] { at::add_out(c, a, b); }, reps_for(bytes, 5e9), dev);
+  return bytes / s / 1e9;
+}
+
+// One operator's dispatch, forward and backward: a chain of 50 tiny multiplies
+// and its backward, per operator.
+double measure_launch_us(const torch::Device& dev) {
+  auto x = torch::ones({1}, torch::TensorOptions().device(dev).requires_grad(true));
+  const double s = time_call(
+      [&] {
+        auto y = x;
+        for (int i = 0; i < 50; ++i) y = y * 1.0001;
+        y.sum().backward();
+      },
+      20, dev);
+  return s / 101.0 * 1e6;
+}
+
+struct CommFigures {
+  double busbw_gbps = 0, latency_us = 0, overlap = 1.0;
+};
+
+CommFigures measure_collectives(Collectives& comm, double bytes, const torch::Device& dev, int64_t gemm_n) {
+  CommFigures f;
+  const double W = comm.world_size();
+  auto small = torch::ones({1}, torch::TensorOptions().device(dev));
+  f.latency_us = time_call([&] { comm.allreduce_sum(small); }, 50, dev) * 1e6;
+  const int64_t n = std::max<int64_t>(static_cast<int64_t>(bytes / 4.0) / comm.world_size() * comm.world_size(),
+                                      comm.world_size());
+  auto buf = torch::ones({n}, torch::TensorOptions().device(dev));
+  auto shard = torch::empty({n / comm.world_size()}, buf.options());
+  const double ar = time_call([&] { comm.allreduce_sum(buf); }, 3, dev);
+  const double rs = time_call([&] { comm.reduce_scatter_sum(buf, shard); }, 3, dev);
+  const double ag = time_call([&] { comm.all_gather(shard, buf); }, 3, dev);
+  const double moved = 4.0 * n;
+  // Bus bandwidth of each (nccl-tests' convention), the mean of the three.
+  auto bw = [&](double factor, double s) { return factor * moved / std::max(1e-9, s - f.latency_us * 1e-6) / 1e9; };
+  f.busbw_gbps = (bw(2 * (W - 1) / W, ar) + bw((W - 1) / W, rs) + bw((W - 1) / W, ag)) / 3.0;
+  // Overlap: an allreduce started before a stretch of GEMMs as long as itself,
+  // polled between them as the gradient hooks do.
+  auto a = torch::randn({gemm_n, gemm_n}, torch::TensorOptions().device(dev));
+  const double one = time_call([&] { (void)torch::matmul(a, a); }, 3, dev);
+  const int count = static_cast<int>(std::clamp(ar / one, 1.0, 1000.0));
+  auto compute = [&] {
+    for (int i = 0; i < count; ++i) (void)torch::matmul(a, a);
+  };
+  const double tc = time_call(compute, 1, dev);
+  const double to = time_call(
+      [&] {
+        auto work = comm.allreduce_sum_async(buf);
+        for (int i = 0; i < count; ++i) {
+          (void)torch::matmul(a, a);
+          work->test();
+        }
+        work->wait();
+      },
+      1, dev);
+  f.overlap = std::clamp((tc + ar - to) / std::min(tc, ar), 0.0, 1.0);
+  return f;
+}
+
+// Checkpoint writes: 16 MiB written and fsynced by every rank at once.
+double measure_storage_gbps(const std::string& dir, int rank) {
+  std::filesystem::create_directories(dir);
+  const std::string path = fmt::format("{}/.calibrate_{}.tmp", dir, rank);
+  std::vector<char> block(16 << 20, 1);
+  const double s = time_call(
+      [&] {
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) throw Error(fmt::format("calibrate: cannot write {}", path));
+        for (size_t off = 0; off < block.size();) {
+          const ssize_t w = ::write(fd, block.data() + off, block.size() - off);
+          if (w <= 0) break;
+          off += static_cast<size_t>(w);
+        }
+        ::fsync(fd);
+        ::close(fd);
+      },
+      1, torch::Device(torch::kCPU));
+  std::filesystem::remove(path);
+  return static_cast<double>(block.size()) / s / 1e9;
+}
+
+}  // namespace
+
+std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile* measured) {
+  const torch::Device dev = rt.setup_device(c.device, c.num_threads);
+  const DataInfo data = read_data_info(c.data_dir);
+  const ModelConfig m = ModelConfig::from_config(c, data.vocab_size);
+  const DeviceProfile* base = builtin_profile_for_device(rt.device_name());
+  DeviceProfile p = base ? *base : builtin_device_profiles().back();
+  p.name = fmt::format("calibrated: {} x {} on {}", rt.world_size(), rt.device_name(), rt.hostname());
+  p.model = device_peak_model(rt.device_name());
+  p.gemm_tflops.clear();
+  log::info("calibrating {} ({} ranks, {} threads per rank) at the shapes of {}", rt.device_name(), rt.world_size(),
+            rt.num_threads(), m.arch_string());
+  p.matmul_tflops_fp32 = measure_gemms(m, c.batch_size, false, dev, p);
+  p.matmul_tflops_16bit = measure_gemms(m, c.batch_size, true, dev, p);
+  p.attention_tflops_fp32 = measure_attention(m, c.batch_size, false, dev);
+  p.attention_tflops_16bit = measure_attention(m, c.batch_size, true, dev);
+  p.memory_gbps = measure_memory(c.batch_size * m.block_size * std::max(m.n_embd, m.ffn_hidden), dev);
+  p.launch_us = measure_launch_us(dev);
+  if (rt.world_size() > 1) {
+    auto comm = make_collectives(rt, dev);
+    const double bucket = std::min(c.ddp_bucket_mb * 1024.0 * 1024.0, 4.0 * m.num_params());
+    const CommFigures f = measure_collectives(*comm, bucket, dev, std::min<int64_t>(m.n_embd, 512));
+    (rt.num_nodes() > 1 ? p.inter_node_busbw_gbps : p.intra_node_busbw_gbps) = f.busbw_gbps;
+    p.collective_latency_us = f.latency_us;
+    p.comm_overlap = f.overlap;
+  }
+  p.storage_gbps = measure_storage_gbps(c.out_dir, rt.rank());
+  {
+    TokenLoader loader(LoaderOptions::from_config(c), rt, Split::train, dev, /*stream=*/0);
+    p.data_batch_us = time_call([&] { (void)loader.next(); }, 10, dev) * 1e6;
+  }
+  if (measured) *measured = p;
+  if (!rt.is_root()) return "";
+  const std::string path = (std::filesystem::path(c.out_dir) / "device_profile.json").string();
+  write_file_atomic(path, device_profile_json(p).dump(2) + "\n");
+  return path;
+}
+
+}  // namespace llmtrain

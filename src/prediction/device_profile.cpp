@@ -1,0 +1,221 @@
+#include "llmtrain/prediction/device_profile.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "llmtrain/core/error.hpp"
+
+namespace llmtrain {
+namespace {
+
+// Model constants shared by every GPU (no per-device or per-run fitting; the
+// published runs of docs/performance-model.md check them):
+//  kMatmulEfficiency: large GEMMs reach this fraction of the dense peak. cuBLAS
+//    bf16 on a B200 reaches 1610 of 2250 TFLOP/s at 8192^3 (0.72) and 1652 at
+//    4096x8192x8192 (pyptx.dev/performance, "cuBLAS TFLOPS" column).
+//  kMemoryEfficiency: element-wise kernels stream at this fraction of the
+//    datasheet bandwidth (assumption, checked by the published runs).
+//  kLinkEfficiency: a ring collective's bus bandwidth is this fraction of the
+//    link's one-way line rate: NCCL reaches 370 GB/s busbw on H100 NVLink4
+//    (450 GB/s one way), "with the protocol overhead (~20%)" (S. Jeaugey, NCCL,
+//    github.com/NVIDIA/nccl-tests/issues/212): 370 / 450 = 0.82.
+constexpr double kMatmulEfficiency = 0.72;
+constexpr double kMemoryEfficiency = 0.90;
+constexpr double kLinkEfficiency = 370.0 / 450.0;
+// Attention kernels (FlashAttention-2/3, cuDNN SDPA) run their causal FLOPs at
+// this fraction of the dense peak: FlashAttention-2 reaches "50-73% of the
+// theoretical maximum FLOPs/s on A100" (Dao 2023, arXiv 2307.08691, abstract);
+// the low end, since backward is the slower pass.
+constexpr double kAttentionEfficiency = 0.50;
+// Fixed costs (assumptions, stated in docs/performance-model.md): a CUDA kernel
+// launch, a NCCL call's latency, checkpoint storage per rank, a loader batch.
+constexpr double kGpuLaunchUs = 4.0, kGpuCollectiveUs = 30.0, kGpuStorageGbps = 2.0, kGpuDataBatchUs = 200.0;
+
+struct GpuFigures {
+  const char* name;
+  const char* model;
+  double hbm_gbps;        // datasheet memory bandwidth
+  double intra_line_gbps; // one-way line rate between GPUs of a node
+  double inter_line_gbps; // one-way network line rate per GPU
+};
+
+// Datasheet figures (one-way line rates; NVIDIA quotes NVLink bidirectional):
+//  H100 SXM: 3.35 TB/s HBM3, NVLink 900 GB/s (450 one way); DGX H100: one
+//    400 Gb/s ConnectX-7 per GPU (50 GB/s). (nvidia.com/en-us/data-center/h100/,
+//    DGX H100 datasheet)
+//  H100 PCIe: 2.0 TB/s HBM2e (H100 PCIe product brief PB-11133-001: "greater than
+//    2,000 GBps"), PCIe Gen5 x16 128 GB/s bidirectional (64 one way); network
+//    assumed one 400 Gb/s NIC per GPU as DGX.
+//  H200: 4.8 TB/s HBM3e, NVLink 900 GB/s (nvidia.com/en-us/data-center/h200/);
+//    HGX H200 networking as DGX H100.
+//  B200: HGX B200, 8 GPUs: 64 TB/s HBM3e (8 per GPU), NVLink 5 1.8 TB/s per GPU
+//    (900 one way); DGX B200: 400 Gb/s ConnectX-7 per GPU.
+//  A100 SXM 80GB: 2,039 GB/s HBM2e, NVLink 600 GB/s (300 one way) (A100
+//    datasheet); DGX A100: one 200 Gb/s HDR per GPU (25 GB/s).
+//  RTX A6000: 768 GB/s GDDR6, PCIe Gen4 x16 64 GB/s bidirectional (32 one way)
+//    (RTX A6000 datasheet); network assumed 200 Gb/s per GPU.
+//  L40S: 864 GB/s GDDR6, PCIe Gen4 x16 64 GB/s bidirectional, no NVLink (L40S
+//    datasheet); network assumed 200 Gb/s per GPU.
+constexpr GpuFigures kGpus[] = {
+    {"h100_sxm", "H100 SXM", 3350, 450, 50},    {"h100_pcie", "H100 PCIe", 2000, 32 * 2, 50},
+    {"h200", "H200", 4800, 450, 50},             {"b200", "B200", 8000, 900, 50},
+    {"a100_sxm_80gb", "A100", 2039, 300, 25},    {"rtx_a6000", "RTX A6000", 768, 32, 25},
+    {"l40s", "L40S", 864, 32, 25},
+};
+
+double table_peak(const std::string& model, PeakMath math) {
+  for (const auto& e : device_peak_table())
+    if (e.model == model && e.math == math) return e.tflops;
+  return 0.0;
+}
+
+DeviceProfile gpu_profile(const GpuFigures& g) {
+  DeviceProfile p;
+  p.name = g.name;
+  p.model = g.model;
+  p.source = "built-in";
+  p.matmul_tflops_16bit = kMatmulEfficiency * table_peak(g.model, PeakMath::bf16);
+  // fp32 runs on TF32 tensor cores on CUDA (enable_tf32); the FP32 rate where no TF32 figure is known.
+  const double tf32 = table_peak(g.model, PeakMath::tf32);
+  p.matmul_tflops_fp32 = kMatmulEfficiency * (tf32 > 0 ? tf32 : table_peak(g.model, PeakMath::fp32));
+  p.attention_tflops_16bit = kAttentionEfficiency * table_peak(g.model, PeakMath::bf16);
+  p.attention_tflops_fp32 = kAttentionEfficiency * p.matmul_tflops_fp32 / kMatmulEfficiency;
+  p.memory_gbps = kMemoryEfficiency * g.hbm_gbps;
+  p.intra_node_busbw_gbps = kLinkEfficiency * g.intra_line_gbps;
+  p.inter_node_busbw_gbps = kLinkEfficiency * g.inter_line_gbps;
+  p.collective_latency_us = kGpuCollectiveUs;
+  p.launch_us = kGpuLaunchUs;
+  p.storage_gbps = kGpuStorageGbps;
+  p.data_batch_us = kGpuDataBatchUs;
+  p.comm_overlap = 1.0;
+  return p;
+}
+
+// This project's build machines (Debian 12 VM, 2 shared Xeon cores with
+// avx512_bf16): `mpirun -np 2 llmtrain inputs/tiny_llama.cfg --device=cpu
+// --calibrate` on 2026-11-25 at 19:08 UTC, while about seven other builds ran
+// (load average 22): these are the rates of a crowded machine, one thread per
+// rank; calibrate on yours (docs/performance-model.md). inter_node_busbw_gbps
+// is not measured on one host (1 Gbit/s Ethernet, 0.82 x 0.125 GB/s).
+DeviceProfile cpu_dev_profile() {
+  DeviceProfile p;
+  p.name = "cpu_dev";
+  p.source = "built-in (llmtrain --calibrate on a build machine, 2026-11-25; docs/performance-model.md)";
+  p.matmul_tflops_16bit = 0.00337;
+  p.matmul_tflops_fp32 = 0.00709;
+  p.attention_tflops_16bit = 0.000207;
+  p.attention_tflops_fp32 = 0.00104;
+  p.memory_gbps = 0.79;
+  p.intra_node_busbw_gbps = 1.25;
+  p.inter_node_busbw_gbps = 0.1;
+  p.collective_latency_us = 0.8;
+  p.launch_us = 69.5;
+  p.storage_gbps = 0.059;
+  p.data_batch_us = 447.0;
+  p.comm_overlap = 0.0;
+  return p;
+}
+
+std::vector<DeviceProfile> make_builtins() {
+  std::vector<DeviceProfile> v;
+  for (const auto& g : kGpus) v.push_back(gpu_profile(g));
+  v.push_back(cpu_dev_profile());
+  return v;
+}
+
+std::string builtin_names() {
+  std::string s;
+  for (const auto& p : builtin_device_profiles()) s += (s.empty() ? "" : ", ") + p.name;
+  return s;
+}
+
+}  // namespace
+
+std::string gemm_key(int64_t m, int64_t n, int64_t k, bool sixteen_bit) {
+  return fmt::format("{}x{}x{}:{}", m, n, k, sixteen_bit ? "bf16" : "fp32");
+}
+
+const std::vector<DeviceProfile>& builtin_device_profiles() {
+  static const std::vector<DeviceProfile> v = make_builtins();
+  return v;
+}
+
+const DeviceProfile* builtin_profile_for_device(const std::string& device_name) {
+  const std::string model = device_peak_model(device_name);
+  for (const auto& p : builtin_device_profiles()) {
+    if (!model.empty() && p.model == model) return &p;
+    if (model.empty() && device_name.rfind("cpu", 0) == 0 && p.name == "cpu_dev") return &p;
+  }
+  return nullptr;
+}
+
+DeviceProfile load_device_profile(const std::string& name_or_file) {
+  for (const auto& p : builtin_device_profiles())
+    if (p.name == name_or_file) return p;
+  if (!std::filesystem::is_regular_file(name_or_file))
+    throw ConfigError(fmt::format("device profile '{}': neither a built-in profile ({}) nor a file", name_or_file,
+                                  builtin_names()));
+  std::ifstream in(name_or_file);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw ConfigError(fmt::format("device profile {}: not valid JSON ({})", name_or_file, e.what()));
+  }
+  return device_profile_from_json(j, name_or_file);
+}
+
+nlohmann::json device_profile_json(const DeviceProfile& p) {
+  return {{"name", p.name},
+          {"model", p.model},
+          {"matmul_tflops_16bit", p.matmul_tflops_16bit},
+          {"matmul_tflops_fp32", p.matmul_tflops_fp32},
+          {"attention_tflops_16bit", p.attention_tflops_16bit},
+          {"attention_tflops_fp32", p.attention_tflops_fp32},
+          {"memory_gbps", p.memory_gbps},
+          {"intra_node_busbw_gbps", p.intra_node_busbw_gbps},
+          {"inter_node_busbw_gbps", p.inter_node_busbw_gbps},
+          {"collective_latency_us", p.collective_latency_us},
+          {"launch_us", p.launch_us},
+          {"storage_gbps", p.storage_gbps},
+          {"data_batch_us", p.data_batch_us},
+          {"comm_overlap", p.comm_overlap},
+          {"gemm_tflops", p.gemm_tflops}};
+}
+
+DeviceProfile device_profile_from_json(const nlohmann::json& j, const std::string& source) {
+  DeviceProfile p;
+  p.source = source;
+  auto num = [&](const char* key, double& out) {
+    if (!j.contains(key) || !j.at(key).is_number())
+      throw ConfigError(fmt::format("device profile {}: field '{}' is missing or not a number", source, key));
+    out = j.at(key).get<double>();
+    if (out < 0) throw ConfigError(fmt::format("device profile {}: field '{}' is negative ({})", source, key, out));
+  };
+  if (!j.is_object() || !j.contains("name") || !j.at("name").is_string())
+    throw ConfigError(fmt::format("device profile {}: expected a JSON object with a string 'name'", source));
+  p.name = j.at("name").get<std::string>();
+  p.model = j.value("model", std::string());
+  num("matmul_tflops_16bit", p.matmul_tflops_16bit);
+  num("matmul_tflops_fp32", p.matmul_tflops_fp32);
+  num("attention_tflops_16bit", p.attention_tflops_16bit);
+  num("attention_tflops_fp32", p.attention_tflops_fp32);
+  num("memory_gbps", p.memory_gbps);
+  num("intra_node_busbw_gbps", p.intra_node_busbw_gbps);
+  num("inter_node_busbw_gbps", p.inter_node_busbw_gbps);
+  num("collective_latency_us", p.collective_latency_us);
+  num("launch_us", p.launch_us);
+  num("storage_gbps", p.storage_gbps);
+  num("data_batch_us", p.data_batch_us);
+  num("comm_overlap", p.comm_overlap);
+  if (j.contains("gemm_tflops"))
+    for (const auto& [k, v] : j.at("gemm_tflops").items()) p.gemm_tflops[k] = v.get<double>();
+  for (double r : {p.matmul_tflops_fp32, p.memory_gbps, p.intra_node_busbw_gbps})
+    if (r <= 0) throw ConfigError(fmt::format("device profile {}: rates must be positive", source));
+  return p;
+}
+
+}  // namespace llmtrain
