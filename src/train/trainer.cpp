@@ -86,6 +86,7 @@ struct Trainer::Impl {
   TrainState state;                          // state.iteration = the next iteration to run
   std::optional<LoadedCheckpoint> resumed;
   int64_t last_saved_iteration = -1;
+  std::string save_failure;                  // the last failed save, until a later one succeeds
   int64_t consecutive_bad_steps = 0;
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
 
@@ -156,6 +157,7 @@ struct Trainer::Impl {
                                  {"iteration", resumed->state.iteration},
                                  {"world_size", resumed->world_size},
                                  {"strategy", resumed->strategy}};
+    if (resumed) startup["resume_changes"] = resume_changes_json;
     run_log->set_startup_info(std::move(startup));
     run_log->flush(/*force=*/true);
     // How the run's record survives its end: another rank's fatal error is
@@ -173,6 +175,7 @@ struct Trainer::Impl {
   void register_checkpoint_parts() {
     checkpointer = std::make_unique<Checkpointer>(cfg.out_dir, cfg.keep_last, rt,
                                                   CheckpointRun{strategy->name(), cfg.to_json()});
+    checkpointer->add(std::make_unique<ResumeConfigCheck>(cfg.to_json(), cfg.resume_allow));  // first: names the key
     checkpointer->add(std::make_unique<StrategyCheckpoint>(parameter_table(mcfg), *strategy));
     checkpointer->add(std::make_unique<TrainStateCheckpoint>(state));
     checkpointer->add(std::make_unique<LossScalerCheckpoint>(scaler));
@@ -197,7 +200,16 @@ struct Trainer::Impl {
     last_saved_iteration = state.iteration;
     log::info("resumed from {} at iteration {} (written by {} on {} rank(s))", resumed->path, state.iteration,
               resumed->strategy, resumed->world_size);
+    for (const auto& c : resume_changes(resumed->config, cfg.to_json()))
+      resume_changes_json.push_back({{"key", c.key}, {"checkpoint", c.checkpoint}, {"now", c.now}});
+    if (resume_changes_json.empty()) return;
+    std::string text;
+    for (const auto& c : resume_changes_json)
+      text += fmt::format("{}{} {} -> {}", text.empty() ? "" : ", ", c["key"].get<std::string>(), c["checkpoint"].dump(),
+                          c["now"].dump());
+    log::info("resume changes (applied from iteration {} on): {}", state.iteration, text);
   }
+  nlohmann::json resume_changes_json = nlohmann::json::array();  // resume_changes: keys that differ from the checkpoint's run
 
   // Saves the training state after state.iteration iterations (once per iteration).
   std::string save_checkpoint(const char* why) {
@@ -205,9 +217,18 @@ struct Trainer::Impl {
     if (last_saved_iteration == state.iteration && !dir_latest.empty()) return dir_latest;
     rt.watchdog().activity(fmt::format("checkpoint save after iteration {} ({})", state.iteration, why));
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string path = checkpointer->save(state.iteration);
+    std::string path;
+    try {
+      path = checkpointer->save(state.iteration);
+    } catch (const CheckpointSaveFailed& e) {  // on every rank together; nothing half-written is left
+      save_failure = e.what();
+      run_log->add_event({{"iter", state.iteration}, {"kind", "checkpoint_failed"}, {"message", save_failure}});
+      log::warn("{}; training goes on, the next save retries", save_failure);
+      return "";
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last_saved_iteration = state.iteration;
+    save_failure.clear();
     run_log->add_checkpoint({{"iter", state.iteration}, {"path", path}, {"reason", why}, {"seconds", seconds}});
     log::info("checkpoint {} ({}, {:.2f} s)", path, why, seconds);
     return path;
@@ -506,6 +527,10 @@ struct Trainer::Impl {
   // stopped the run early.
   TrainResult finish_run(TrainResult result) {
     rt.watchdog().activity("end of the run: summary, run log");
+    if (!save_failure.empty()) {  // the run's last state is in no checkpoint: not a success
+      run_log->flush(/*force=*/true);
+      throw Error(fmt::format("the run's last checkpoint could not be saved: {}", save_failure));
+    }
     const auto summary = metrics->summary(cfg.warmup_report_iters);
     auto s = summary;
     s["bad_steps"] = state.bad_steps;

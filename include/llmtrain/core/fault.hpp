@@ -11,6 +11,11 @@
 //   LLMTRAIN_TEST_KILL_DURING_SAVE=<rank>:<iter>
 //                                           kill_during_save: that rank SIGKILLs itself half
 //                                           way through writing that iteration's checkpoint
+//   LLMTRAIN_TEST_DISK_FULL_DURING_SAVE=<rank>:<iter>
+//                                           disk_full_during_save: that rank fills the checkpoint
+//                                           directory's file system (a ballast file, written until
+//                                           ENOSPC) half way through that iteration's checkpoint;
+//                                           the ballast is removed once the save has failed
 #pragma once
 #include <cstdint>
 #include <set>
@@ -22,8 +27,9 @@ enum class Point {
   fail_iteration,    // an exception at the start of an iteration, on one rank
   iteration_sleep,   // every iteration takes `value` ms longer (a slow run)
   kill_during_save,  // SIGKILL half way through a checkpoint's tensors
+  disk_full_during_save,  // the disk fills up half way through a checkpoint's tensors (a real ENOSPC)
 };
-constexpr int kNumPoints = 4;
+constexpr int kNumPoints = 5;
 
 // Where a point strikes: on `rank` (-1: every rank) at the listed iterations
 // (empty: every iteration); `value` is the point's argument (iteration_sleep: ms).
