@@ -43,9 +43,12 @@ __attribute__((target("sse4.2"))) uint32_t crc_sse42(const uint8_t* p, size_t n,
   for (; n; --n) c = _mm_crc32_u8(c, *p++);
   return c;
 }
-const bool kHardware = __builtin_cpu_supports("sse4.2");
+bool hardware() {
+  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("sse4.2"));
+  return has;
+}
 #else
-const bool kHardware = false;
+bool hardware() { return false; }
 #endif
 
 // GF(2) 32x32 matrix times vector, and squared (zlib's crc32_combine).
@@ -61,13 +64,13 @@ void gf2_square(uint32_t* square, const uint32_t* mat) {
 
 }  // namespace
 
-bool crc32c_hardware() { return kHardware; }
+bool crc32c_hardware() { return hardware(); }
 
 uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   const auto* p = static_cast<const uint8_t*>(data);
   uint32_t c = ~crc;
 #if defined(__x86_64__)
-  if (kHardware) return ~crc_sse42(p, n, c);
+  if (hardware()) return ~crc_sse42(p, n, c);
 #endif
   return ~crc_table(p, n, c);
 }

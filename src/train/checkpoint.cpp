@@ -164,6 +164,12 @@ void Checkpointer::prune() const {
   }
 }
 
+// After a failed save: what stays loadable.
+std::string Checkpointer::kept() const {
+  const std::string latest = latest_path();
+  return latest.empty() ? "there is no earlier checkpoint" : fmt::format("'{}' is kept", latest);
+}
+
 // Collective: refuses a save that cannot fit before writing a byte.
 void Checkpointer::check_free_space(const std::string& final_path, int64_t needed) const {
   std::string err;
@@ -171,8 +177,8 @@ void Checkpointer::check_free_space(const std::string& final_path, int64_t neede
     const int64_t free = free_bytes(dir_);
     if (free >= 0 && free < needed)
       err = fmt::format("checkpoint '{}' not written: no space left on device: {} bytes free on the file system of "
-                        "'{}', {} needed; {} is kept",
-                        final_path, free, dir_, needed, latest_path().empty() ? "no earlier checkpoint" : latest_path());
+                        "'{}', {} needed; {}",
+                        final_path, free, dir_, needed, kept());
   }
   err = bcast_from_root(err);
   if (!err.empty()) throw CheckpointSaveFailed(err);
@@ -191,8 +197,14 @@ std::string Checkpointer::save(int64_t iteration) {
   std::string failure;
   int err = 0;
   std::string ballast;
+  std::unique_ptr<CheckpointWriter> writer;
+  try {
+    writer.reset(new CheckpointWriter(tmp_path.string(), rt_, iteration));  // collective: fails on every rank
+  } catch (const Error& e) {
+    throw CheckpointSaveFailed(fmt::format("checkpoint '{}' not written: {}", final_path.string(), e.what()));
+  }
   {
-    CheckpointWriter w(tmp_path.string(), rt_, iteration);
+    CheckpointWriter& w = *writer;
     write_header(w);
     for (size_t i = 0; i < parts_.size(); ++i) {
       if (i == 1 && fault::hit(fault::Point::disk_full_during_save, rt_.rank(), iteration)) ballast = fill_disk(dir_);
@@ -201,6 +213,7 @@ std::string Checkpointer::save(int64_t iteration) {
     w.finish();
     failure = w.close();
     err = w.failure_errno();
+    writer.reset();
   }
   failure = agree_on_failure(failure, err);
   if (!ballast.empty()) fs::remove(ballast);
@@ -212,9 +225,8 @@ std::string Checkpointer::save(int64_t iteration) {
         err == ENOSPC ? fmt::format("no space left on device ({} bytes free on the file system of '{}', {} needed); ",
                                     free_bytes(dir_), dir_, needed)
                       : "";
-    throw CheckpointSaveFailed(fmt::format("checkpoint '{}' not written: {}{}; {} is kept", final_path.string(), space,
-                                           failure,
-                                           latest_path().empty() ? std::string("no earlier checkpoint") : latest_path()));
+    throw CheckpointSaveFailed(
+        fmt::format("checkpoint '{}' not written: {}{}; {}", final_path.string(), space, failure, kept()));
   }
   // Every rank's data is in the file: rank 0 makes it the checkpoint.
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));

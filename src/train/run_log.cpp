@@ -326,8 +326,7 @@ void RunLog::on_signal(int signal) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!enabled_) return;
   if (!summary_.is_object() || summary_.empty())
-    summary_ = {{"status", "stopped"}, {"stop_signal", signal}, {"iterations_logged", num_iterations_},
-                {"checkpoint", nullptr}};
+    summary_ = {{"status", "stopped"}, {"stop_signal", signal}, {"iterations_logged", num_iterations_}};
   flush_locked(/*force=*/true);
 }
 

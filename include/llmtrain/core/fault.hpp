@@ -14,7 +14,8 @@
 //   LLMTRAIN_TEST_DISK_FULL_DURING_SAVE=<rank>:<iter>
 //                                           disk_full_during_save: that rank fills the checkpoint
 //                                           directory's file system (a ballast file, written until
-//                                           ENOSPC) half way through that iteration's checkpoint;
+//                                           ENOSPC) after the header of that iteration's checkpoint,
+//                                           before its tensors;
 //                                           the ballast is removed once the save has failed
 #pragma once
 #include <cstdint>
@@ -27,7 +28,7 @@ enum class Point {
   fail_iteration,    // an exception at the start of an iteration, on one rank
   iteration_sleep,   // every iteration takes `value` ms longer (a slow run)
   kill_during_save,  // SIGKILL half way through a checkpoint's tensors
-  disk_full_during_save,  // the disk fills up half way through a checkpoint's tensors (a real ENOSPC)
+  disk_full_during_save,  // the disk fills up during a checkpoint's save (a real ENOSPC)
 };
 constexpr int kNumPoints = 5;
 

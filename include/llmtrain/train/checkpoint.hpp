@@ -222,6 +222,7 @@ class Checkpointer {
  private:
   void write_header(CheckpointWriter& w) const;
   void check_free_space(const std::string& final_path, int64_t needed) const;  // collective
+  std::string kept() const;                                                    // "'<latest>' is kept"
   std::string inspect(const std::string& path) const;  // rank 0's verdict on one file
   // rank 0: the newest loadable file not in `skip`
   std::string choose(std::string& verdict, const std::vector<std::string>& skip) const;
