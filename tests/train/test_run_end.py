@@ -89,8 +89,7 @@ elif case == "mpirun_requeue":
     data = e.prepare()
     script = os.path.join(work, "job.sh")
     with open(script, "w") as f:
-        f.write(f"""set -u
-export LLMTRAIN_LAUNCHER=mpirun NTASKS=2 LLMTRAIN_BIN={e.bin_dir} OUT_ROOT={work}
+        f.write(f"""export LLMTRAIN_LAUNCHER=mpirun NTASKS=2 LLMTRAIN_BIN={e.bin_dir} OUT_ROOT={work}
 source {e.source}/jobs/common.sh
 llmtrain_exec {work}/console.log "$LLMTRAIN_BIN/llmtrain" {e.source}/inputs/tiny_llama.cfg --data_dir={data} \\
   --out_dir={work}/out {e.CPU} --max_iters=100 {' '.join(COMMON)}
