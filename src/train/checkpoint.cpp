@@ -153,6 +153,7 @@ void Checkpointer::write_header(CheckpointWriter& w) const {
   w.attr("", "torch_version", versions.value("libtorch", std::string("?")));
   w.attr("", "versions", versions.dump());
   w.attr("", "config", run_.config.dump());
+  w.attr("", "tokenizer", run_.tokenizer);
 }
 
 // Keeps the newest keep_last; `latest` is the newest, so it survives.

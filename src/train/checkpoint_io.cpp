@@ -327,6 +327,10 @@ void CheckpointReader::require_group(const std::string& group) const {
   if (!exists(group)) throw CheckpointUnusable(fmt::format("checkpoint '{}' has no group '{}'", path_, group));
 }
 
+bool CheckpointReader::has_attr(const std::string& group, const char* name) const {
+  return f_->attrs.has(f_->object(group), name);
+}
+
 int64_t CheckpointReader::attr_i64(const std::string& group, const char* name) const {
   return f_->attrs.i64(f_->object(group), name);
 }

@@ -232,7 +232,8 @@ void ScheduleCheckpoint::save(CheckpointWriter& w) {
 
 // ---- the config, on resume ---------------------------------------------------------
 
-ResumeConfigCheck::ResumeConfigCheck(nlohmann::json now, const std::string& allow) : now_(std::move(now)) {
+ResumeConfigCheck::ResumeConfigCheck(nlohmann::json now, const std::string& allow, std::string tokenizer)
+    : now_(std::move(now)), tokenizer_(std::move(tokenizer)) {
   std::stringstream in(allow);
   for (std::string word; std::getline(in, word, ',');) {
     if (word == "data_dir")
@@ -251,6 +252,12 @@ void ResumeConfigCheck::check(const CheckpointReader& r) const {
                                            "the model's shape cannot change on resume (set it back, or start a new "
                                            "out_dir)",
                                            r.path(), k.name, then[k.name].dump(), now_[k.name].dump()));
+  if (r.has_attr("", "tokenizer") && r.attr_str("", "tokenizer") != tokenizer_)
+    throw CheckpointMismatch(fmt::format("resuming '{}': the checkpoint's run used tokenizer '{}', this run's data "
+                                         "(config key 'data_dir' = {}) uses '{}': the model cannot continue on other "
+                                         "token ids",
+                                         r.path(), r.attr_str("", "tokenizer"), now_.value("data_dir", ""),
+                                         tokenizer_));
   if (differs("data_dir") && !allow_data_dir_)
     throw CheckpointMismatch(fmt::format("resuming '{}': config key 'data_dir' is {} in the checkpoint's run and {} "
                                          "now; add resume_allow=data_dir to continue the run on other data",

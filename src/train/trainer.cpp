@@ -173,9 +173,11 @@ struct Trainer::Impl {
 
   // The checkpoint's parts, in file order (train/checkpoint_state.hpp).
   void register_checkpoint_parts() {
+    const std::string tokenizer = data.tokenizer_hash.empty() ? data.tokenizer
+                                                              : data.tokenizer + " " + data.tokenizer_hash;
     checkpointer = std::make_unique<Checkpointer>(cfg.out_dir, cfg.keep_last, rt,
-                                                  CheckpointRun{strategy->name(), cfg.to_json()});
-    checkpointer->add(std::make_unique<ResumeConfigCheck>(cfg.to_json(), cfg.resume_allow));  // first: names the key
+                                                  CheckpointRun{strategy->name(), cfg.to_json(), tokenizer});
+    checkpointer->add(std::make_unique<ResumeConfigCheck>(cfg.to_json(), cfg.resume_allow, tokenizer));  // first
     checkpointer->add(std::make_unique<StrategyCheckpoint>(parameter_table(mcfg), *strategy));
     checkpointer->add(std::make_unique<TrainStateCheckpoint>(state));
     checkpointer->add(std::make_unique<LossScalerCheckpoint>(scaler));

@@ -381,6 +381,14 @@ elif case == "resume_changes":
     print("  " + lines[0].strip())
     p, _ = e.train(1, data, "run2", *flags, "--init_from=resume", "--n_embd=48", expect_ok=False)
     expect_error(p, "config key 'n_embd'", "cannot change on resume")
+    shutil.copytree(os.path.join(work, "run2"), os.path.join(work, "run3"))
+    py = os.environ.get("LLMTRAIN_PYTHON", "python3")
+    for n in ("ckpt_00000002.h5", "ckpt_00000004.h5"):
+        subprocess.run([py, "-c", "import h5py, sys, numpy as np; f = h5py.File(sys.argv[1], 'r+'); "
+                        "f.attrs['tokenizer'] = np.bytes_(b'gpt2'); f.close()",
+                        os.path.join(ckpt_dir("run3"), n)], check=True)
+    p, _ = e.train(1, data, "run3", *flags, "--init_from=resume", expect_ok=False)
+    expect_error(p, "used tokenizer 'gpt2'", "uses 'byte'")
     other = os.path.join(work, "other_data")
     shutil.copytree(data, other)
     p, _ = e.train(1, other, "run2", *flags, "--init_from=resume", "--max_iters=5", expect_ok=False)

@@ -91,6 +91,7 @@ class CheckpointReader {
   int64_t written_world_size() const;                        // of the run that wrote the file
   int64_t iteration() const;                                 // iterations the file's run had completed
   bool exists(const std::string& object) const;              // a group or dataset: "rng", "model/wte.weight"
+  bool has_attr(const std::string& group, const char* name) const;
   // CheckpointUnusable naming the file and the attribute when a counter or
   // size (iteration, world_size, bad_steps, ...) is out of range.
   void check_metadata() const;
@@ -182,6 +183,7 @@ struct TrainState {
 struct CheckpointRun {
   std::string strategy;                    // "ddp" | "zero1" | "fsdp"
   nlohmann::json config;                   // every configuration key
+  std::string tokenizer;                   // the data's tokenizer: "byte", "gpt2 <sha256 of its files>"
 };
 
 struct LoadedCheckpoint {

@@ -104,12 +104,15 @@ class ScheduleCheckpoint : public Stateful {
 // The config the checkpoint's run had (the root's config attribute, written by
 // the Checkpointer), against this run's, before anything is read: a key that
 // shapes the model (the model section: sizes, vocab_size, norm, ...) differs
-// -> CheckpointMismatch naming the key; data_dir differs -> the same unless
+// -> CheckpointMismatch naming the key; another tokenizer (the root's
+// tokenizer attribute) -> the same; data_dir differs -> the same unless
 // `resume_allow` names data_dir.
 class ResumeConfigCheck : public Stateful {
  public:
   // `allow`: the resume_allow key's text; ConfigError on a word other than data_dir.
-  ResumeConfigCheck(nlohmann::json now, const std::string& allow);
+  // `tokenizer`: this run's data's (CheckpointRun::tokenizer); another one is refused
+  // whatever resume_allow says (the token ids would mean other things).
+  ResumeConfigCheck(nlohmann::json now, const std::string& allow, std::string tokenizer);
   void save(CheckpointWriter&) override {}
   void check(const CheckpointReader& r) const override;
   void load(CheckpointReader&) override {}
@@ -117,6 +120,7 @@ class ResumeConfigCheck : public Stateful {
  private:
   nlohmann::json now_;
   bool allow_data_dir_ = false;
+  std::string tokenizer_;
 };
 
 // One key whose value differs from the checkpoint's run and is applied from
