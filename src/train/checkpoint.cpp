@@ -212,7 +212,17 @@ std::string Checkpointer::save(int64_t iteration) {
       parts_[i]->save(w);
     }
     w.finish();
-    failure = w.close();
+    // A failed write on any rank: the partial file is emptied before the close
+    // (on a full disk the close's metadata write would fail too, and HDF5 would
+    // keep a file it could not close until MPI_Finalize).
+    int failed = w.failure_errno() != 0;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (failed) {
+      if (!ballast.empty()) fs::remove(ballast);
+      if (rt_.is_root()) (void)::truncate(tmp_path.c_str(), 0);
+      MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    }
+    failure = w.close();  // this rank's first failure: its write's, else the close's
     err = w.failure_errno();
     writer.reset();
   }

@@ -151,7 +151,7 @@ struct CheckpointWriter::File {
     // 1 MiB free is full for a write of this size.
     struct statvfs st{};
     if (err != ENOSPC && ::statvfs(dir.c_str(), &st) == 0 && st.f_bavail * st.f_frsize < (1u << 20)) err = ENOSPC;
-    failure_errno = err;
+    failure_errno = err ? err : EIO;  // non-zero: failure_errno() says whether this rank failed
     failure = fmt::format("{}: {}", what, err ? std::strerror(err) : "HDF5 write failed");
   }
   size_t add_dataset(H5Id d, uint64_t bytes) {
