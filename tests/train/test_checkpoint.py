@@ -305,11 +305,11 @@ elif case == "checksum":
     # Out-of-range metadata: a negative iteration.
     shutil.copytree(os.path.join(work, "good"), os.path.join(work, "negative"))
     h5("f.attrs['iteration'] = np.int64(-5)", os.path.join(ckpt_dir("negative"), "ckpt_00000004.h5"))
+    p = e.run([verify, "verify", os.path.join(ckpt_dir("negative"), "ckpt_00000004.h5")], expect_ok=False)
+    assert p.returncode == 1 and "attribute 'iteration' is -5" in p.stdout, p.stdout
     p, _ = e.train(2, data, "negative", *flags, "--max_iters=6", "--init_from=resume")
     assert "ckpt_00000004.h5 is unusable" in p.stdout and "attribute 'iteration' is -5" in p.stdout and \
         "ckpt_00000002.h5 at iteration 2" in p.stdout, p.stdout
-    p = e.run([verify, "verify", os.path.join(ckpt_dir("negative"), "ckpt_00000004.h5")], expect_ok=False)
-    assert p.returncode == 1 and "attribute 'iteration' is -5" in p.stdout, p.stdout
     print("  negative iteration: named by resume (fell back) and by verify")
     # A checkpoint of an older llmtrain: no checksums at all.
     shutil.copytree(os.path.join(work, "good"), os.path.join(work, "old"))
