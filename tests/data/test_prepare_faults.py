@@ -157,8 +157,8 @@ elif case == "full_disk":
             fail(p, "a full disk was reported as success")
         if "No space left on device" not in p.stdout:
             fail(p, "the error does not give the OS's reason (No space left on device)")
-        line = next((l for l in p.stdout.splitlines() if "No space left on device" in l), "")
-        if not ("shard '" in line and ".h5" in line and "bytes free on the file system of" in line
+        line = next((l for l in p.stdout.splitlines() if "error: writing shard" in l), "")
+        if not ("No space left on device" in line and ".h5" in line and "bytes free on the file system of" in line
                 and "needed" in line):
             fail(p, "the error does not name the shard, the disk, the bytes free and needed")
         if "HDF5-DIAG" in p.stdout:
