@@ -1,6 +1,6 @@
 // CRC32C: the SSE4.2 instruction where the CPU has it (chosen at run time), a
-// table otherwise; the combination is zlib's crc32_combine (GF(2) matrices)
-// with the Castagnoli polynomial.
+// table otherwise; the combination is zlib's crc32_combine (multiplication by
+// x^(8 len) mod P from a table of x^(2^k)) with the Castagnoli polynomial.
 #include "llmtrain/core/crc32c.hpp"
 
 #include <array>
@@ -51,15 +51,36 @@ bool hardware() {
 bool hardware() { return false; }
 #endif
 
-// GF(2) 32x32 matrix times vector, and squared (zlib's crc32_combine).
-uint32_t gf2_times(const uint32_t* mat, uint32_t vec) {
-  uint32_t sum = 0;
-  for (; vec; vec >>= 1, ++mat)
-    if (vec & 1) sum ^= *mat;
-  return sum;
+// a(x) b(x) mod P(x), reflected (zlib 1.2.12's multmodp).
+uint32_t multmodp(uint32_t a, uint32_t b) {
+  uint32_t m = 1u << 31, p = 0;
+  for (;;) {
+    if (a & m) {
+      p ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    m >>= 1;
+    b = b & 1 ? (b >> 1) ^ kPoly : b >> 1;
+  }
+  return p;
 }
-void gf2_square(uint32_t* square, const uint32_t* mat) {
-  for (int n = 0; n < 32; ++n) square[n] = gf2_times(mat, mat[n]);
+
+// x^(2^k) mod P for k = 0..31.
+std::array<uint32_t, 32> make_x2n() {
+  std::array<uint32_t, 32> t{};
+  uint32_t p = 1u << 30;  // x^1
+  t[0] = p;
+  for (int n = 1; n < 32; ++n) t[n] = p = multmodp(p, p);
+  return t;
+}
+
+// x^(n 2^k) mod P: the operator that appends n << k zero bits.
+uint32_t x2nmodp(uint64_t n, unsigned k) {
+  static const std::array<uint32_t, 32> x2n = make_x2n();
+  uint32_t p = 1u << 31;  // x^0
+  for (; n; n >>= 1, ++k)
+    if (n & 1) p = multmodp(x2n[k & 31], p);
+  return p;
 }
 
 }  // namespace
@@ -76,22 +97,7 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
 }
 
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
-  if (len_b == 0) return crc_a;
-  uint32_t even[32], odd[32];
-  odd[0] = kPoly;  // the operator for one zero bit
-  for (int n = 1, row = 1; n < 32; ++n, row <<= 1) odd[n] = static_cast<uint32_t>(row);
-  gf2_square(even, odd);  // two zero bits
-  gf2_square(odd, even);  // four
-  do {  // apply len_b zero bytes to crc_a
-    gf2_square(even, odd);
-    if (len_b & 1) crc_a = gf2_times(even, crc_a);
-    len_b >>= 1;
-    if (!len_b) break;
-    gf2_square(odd, even);
-    if (len_b & 1) crc_a = gf2_times(odd, crc_a);
-    len_b >>= 1;
-  } while (len_b);
-  return crc_a ^ crc_b;
+  return multmodp(x2nmodp(len_b, 3), crc_a) ^ crc_b;  // crc_a shifted past len_b bytes, plus crc_b
 }
 
 }  // namespace llmtrain
