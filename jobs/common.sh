@@ -23,6 +23,9 @@
 #   LLMTRAIN_MODULES    modules to load (LLMTRAIN_ENV=modules), e.g. "gcc/12 openmpi/4.1 cuda/12.4 llmtrain"
 #   LLMTRAIN_LAUNCHER   srun | mpirun                                        [srun]
 #   LLMTRAIN_SRUN_MPI   srun --mpi plugin: pmix (pmi2 fails with Debian's Open MPI) [pmix]
+#   LLMTRAIN_MPIRUN_GRACE_S  mpirun: seconds between a SIGTERM reaching mpirun and the ranks being
+#                       told, and as long again until they are killed (Open MPI's
+#                       odls_base_sigkill_timeout, default 1 s: too short for a checkpoint) [30]
 #   THREADS_PER_RANK    intra-op CPU threads per rank  [$SLURM_CPUS_PER_TASK, else llmtrain decides]
 #   NCCL_*              passed through; defaults below only where unset
 #
@@ -124,6 +127,13 @@ llmtrain_launcher() {
       LAUNCHER=(srun --mpi="$LLMTRAIN_SRUN_MPI" --kill-on-bad-exit=1
                 ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}) ;;
     mpirun)
+      # A SIGTERM that reaches mpirun itself (Slurm at the time limit signals
+      # every process of the job) makes Open MPI 4.1 send the ranks SIGCONT at
+      # once, SIGTERM odls_base_sigkill_timeout seconds later and SIGKILL as long
+      # again later (default 1 s: measured SIGTERM at +1.06 s, killed at +2.1 s);
+      # the ranks, signalled by Slurm directly, need that long to finish the
+      # iteration and write the checkpoint (docs/guide.md, pre-emption).
+      export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-${LLMTRAIN_MPIRUN_GRACE_S:-30}}
       LAUNCHER=(mpirun -np "$NTASKS" --bind-to none) ;;
     *) llmtrain_die "LLMTRAIN_LAUNCHER='$LLMTRAIN_LAUNCHER': expected srun or mpirun" ;;
   esac
@@ -134,7 +144,13 @@ llmtrain_launcher
 _llmtrain_child=""
 _llmtrain_forward() {
   llmtrain_log "received $1: asking llmtrain to checkpoint and stop (exit code $LLMTRAIN_REQUEUE_EXIT_CODE = requeue)"
-  [[ -n "$_llmtrain_child" ]] && kill -"$1" "$_llmtrain_child" 2>/dev/null
+  local sig=$1
+  # mpirun passes SIGUSR1 on to every rank and then exits with the ranks' code
+  # (124); a SIGTERM it does not pass on: it ends the job itself (SIGTERM, then
+  # SIGKILL, odls_base_sigkill_timeout apart) and exits 1 whatever the ranks
+  # return. Both mean "checkpoint and stop" to llmtrain, so mpirun gets USR1.
+  [[ "$LLMTRAIN_LAUNCHER" == mpirun ]] && sig=USR1
+  [[ -n "$_llmtrain_child" ]] && kill -"$sig" "$_llmtrain_child" 2>/dev/null
   return 0
 }
 trap '_llmtrain_forward USR1' USR1

@@ -55,7 +55,8 @@ std::optional<Arm> from_environment(Point p) {
       return a;
     }
     case Point::fail_iteration:
-    case Point::kill_during_save: return rank_at_iteration(var, v);
+    case Point::kill_during_save:
+    case Point::disk_full_during_save: return rank_at_iteration(var, v);
     case Point::iteration_sleep: {
       Arm a;
       a.value = parse_int(var, v);
@@ -82,6 +83,7 @@ const char* env_name(Point p) {
     case Point::fail_iteration: return "LLMTRAIN_TEST_FAIL_AT";
     case Point::iteration_sleep: return "LLMTRAIN_TEST_ITER_SLEEP_MS";
     case Point::kill_during_save: return "LLMTRAIN_TEST_KILL_DURING_SAVE";
+    case Point::disk_full_during_save: return "LLMTRAIN_TEST_DISK_FULL_DURING_SAVE";
   }
   return "?";
 }

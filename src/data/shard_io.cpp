@@ -2,9 +2,11 @@
 #include "data/shard_io.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "llmtrain/core/atomic_file.hpp"
+#include "llmtrain/core/crc32c.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/hdf5_mutex.hpp"
 
@@ -99,6 +102,49 @@ ShardHeader read_shard_header(const std::string& path) {
   return h;
 }
 
+namespace {
+
+// The whole shard's CRC32C from every rank's (offset, bytes, crc) of its part.
+uint32_t combine_parts(MPI_Comm comm, uint64_t offset, uint64_t bytes, uint32_t crc) {
+  int world = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &world));
+  uint64_t mine[3] = {offset, bytes, crc};
+  std::vector<uint64_t> all(static_cast<size_t>(world) * 3);
+  MPI_CHECK(MPI_Allgather(mine, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, comm));
+  std::vector<std::array<uint64_t, 3>> parts;
+  for (int r = 0; r < world; ++r)
+    if (all[3 * r + 1] > 0) parts.push_back({all[3 * r], all[3 * r + 1], all[3 * r + 2]});
+  std::sort(parts.begin(), parts.end());
+  uint32_t out = 0;
+  for (const auto& p : parts) out = crc32c_combine(out, static_cast<uint32_t>(p[2]), p[1]);
+  return out;
+}
+
+// Collective: the first failing rank's message and errno ("" when none).
+std::string agree_on_failure(MPI_Comm comm, const std::string& mine, int& err) {
+  int rank = 0, world = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &world));
+  int first = mine.empty() ? world : rank;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == world) return "";
+  MPI_CHECK(MPI_Bcast(&err, 1, MPI_INT, first, comm));
+  int n = static_cast<int>(mine.size());
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT, first, comm));
+  std::string text = mine;
+  text.resize(static_cast<size_t>(n));
+  MPI_CHECK(MPI_Bcast(text.data(), n, MPI_CHAR, first, comm));
+  return text;
+}
+
+int64_t free_bytes(const std::string& dir) {
+  struct statvfs st{};
+  if (::statvfs(dir.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+}  // namespace
+
 template <typename T>
 std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_dir, Split split,
                                         const std::vector<T>& local, int64_t global_offset,
@@ -113,6 +159,7 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
   std::vector<std::string> names;
   const int64_t nshards = (global_total + shard_tokens - 1) / shard_tokens;
   const int64_t local_begin = global_offset, local_end = global_offset + static_cast<int64_t>(local.size());
+  h5::quiet_hdf5_once();  // a failed write is reported below, naming the file and the disk
   for (int64_t s = 0; s < nshards; ++s) {
     const int64_t begin = s * shard_tokens, end = std::min(global_total, begin + shard_tokens);
     const int64_t n = end - begin;
@@ -154,18 +201,47 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
 
     // This rank's part of the shard, written independently in pieces of at most
     // 2^28 tokens (MPI-IO counts are int).
+    // A failed write is kept, not thrown: every rank goes on to the same
+    // collective calls, then all learn of it together (no rank left waiting).
+    std::string failure;
+    int err = 0;
+    const auto fail = [&](const char* what) {
+      if (!failure.empty()) return;
+      err = errno;
+      if (err != ENOSPC && free_bytes(out_dir) < (int64_t{1} << 20)) err = ENOSPC;  // MPI-IO may not keep errno
+      failure = fmt::format("{} '{}'", what, tmp);
+    };
     const int64_t lo = std::max(begin, local_begin), hi = std::min(end, local_end);
-    for (int64_t p = lo; p < hi; p += (int64_t{1} << 28)) {
+    for (int64_t p = lo; p < hi && failure.empty(); p += (int64_t{1} << 28)) {
       const int64_t q = std::min(hi, p + (int64_t{1} << 28));
       const hsize_t start = static_cast<hsize_t>(p - begin), count = static_cast<hsize_t>(q - p);
       H5Id sel(H5_CHECK(H5Scopy(fspace)), H5Sclose);
       H5_CHECK(H5Sselect_hyperslab(sel, H5S_SELECT_SET, &start, nullptr, &count, nullptr));
       H5Id mspace(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
-      H5_CHECK(H5Dwrite(dset, mem_type, mspace, sel, H5P_DEFAULT, local.data() + (p - local_begin)));
+      errno = 0;
+      if (H5_LOCKED(H5Dwrite(dset, mem_type, mspace, sel, H5P_DEFAULT, local.data() + (p - local_begin))) < 0)
+        fail("writing shard");
     }
+    // The shard's checksum, from each rank's part while it is in memory (docs/data-format.md).
+    const uint64_t part_bytes = hi > lo ? static_cast<uint64_t>(hi - lo) * sizeof(T) : 0;
+    const uint32_t part_crc = part_bytes ? crc32c(local.data() + (lo - local_begin), part_bytes) : 0;
+    const uint32_t crc = combine_parts(comm, static_cast<uint64_t>(std::max<int64_t>(lo - begin, 0)) * sizeof(T),
+                                       part_bytes, part_crc);
+    h5::write_attr(dset, "crc32c", static_cast<int64_t>(crc));
     dset.reset();
     const hid_t id = std::exchange(file.id, -1);
-    H5_CHECK(H5Fclose(id));  // collective: every rank's data is written after this
+    errno = 0;
+    if (H5_LOCKED(H5Fclose(id)) < 0) fail("closing shard");  // collective: every rank's data is written after this
+    failure = agree_on_failure(comm, failure, err);
+    if (!failure.empty()) {
+      std::error_code ec;
+      if (rank == 0) fs::remove(tmp, ec);
+      const int64_t needed = (global_total - begin) * static_cast<int64_t>(sizeof(T));
+      throw DataError(fmt::format("{} failed: {} ({} bytes free on the file system of '{}', {} more needed for the "
+                                  "{} split); the data directory is left as it was",
+                                  failure, err ? std::strerror(err) : "the HDF5 write failed",
+                                  free_bytes(out_dir), out_dir, needed, to_string(split)));
+    }
     counts.push_back(n);
     names.push_back(name);
   }

@@ -16,7 +16,9 @@
 // piece (train/checkpoint_state.hpp) through CheckpointWriter (checkpoint_io.cpp).
 #include "llmtrain/train/checkpoint.hpp"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +38,7 @@
 #include "core/mpi_util.hpp"
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/core/fault.hpp"
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/core/hdf5_mutex.hpp"
 #include "llmtrain/distributed/runtime.hpp"
@@ -67,6 +70,39 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 }
 
 std::string bcast_from_root(const std::string& s) { return mpi::bcast_string(MPI_COMM_WORLD, s, 0); }
+
+// Bytes the file system of `dir` has free for this user (-1 when unknown).
+int64_t free_bytes(const std::string& dir) {
+  struct statvfs st{};
+  if (::statvfs(dir.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+// Collective: the first failing rank's failure ("" when none) and its errno,
+// the same on every rank.
+std::string agree_on_failure(const std::string& mine, int& err, MPI_Comm comm) {
+  int rank = 0, size = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  int first = mine.empty() ? size : rank;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == size) return "";
+  MPI_CHECK(MPI_Bcast(&err, 1, MPI_INT, first, comm));
+  return fmt::format("rank {}: {}", first, mpi::bcast_string(comm, mine, first));
+}
+
+// The fault point disk_full_during_save: a ballast file fills the file system
+// of `dir` (a real ENOSPC for the save's next writes); removed after the save.
+std::string fill_disk(const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".disk_full_ballast.tmp").string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return "";
+  std::vector<char> zeros(1 << 16, 0);
+  while (::write(fd, zeros.data(), zeros.size()) > 0) {}
+  ::fsync(fd);
+  ::close(fd);
+  return path;
+}
 
 }  // namespace
 
@@ -139,6 +175,7 @@ void Checkpointer::write_header(CheckpointWriter& w) const {
   w.attr("", "torch_version", versions.value("libtorch", std::string("?")));
   w.attr("", "versions", versions.dump());
   w.attr("", "config", run_.config.dump());
+  w.attr("", "tokenizer", run_.tokenizer);
 }
 
 // Keeps the newest keep_last; `latest` is the newest, so it survives.
@@ -150,39 +187,94 @@ void Checkpointer::prune() const {
   }
 }
 
+// After a failed save: what stays loadable.
+std::string Checkpointer::kept() const {
+  const std::string latest = latest_path();
+  return latest.empty() ? "there is no earlier checkpoint" : fmt::format("'{}' is kept", latest);
+}
+
+// Collective over `comm`: refuses a save that cannot fit before writing a byte.
+void Checkpointer::check_free_space(const std::string& final_path, int64_t needed, MPI_Comm comm) const {
+  std::string err;
+  if (rt_.is_root()) {
+    const int64_t free = free_bytes(dir_);
+    if (free >= 0 && free < needed)
+      err = fmt::format("checkpoint '{}' not written: no space left on device: {} bytes free on the file system of "
+                        "'{}', {} needed; {}",
+                        final_path, free, dir_, needed, kept());
+  }
+  err = mpi::bcast_string(comm, err, 0);
+  if (!err.empty()) throw CheckpointSaveFailed(err);
+}
+
+// Collective over `comm` (the world's, or the asynchronous writer's own).
 std::string Checkpointer::write_and_publish(int64_t iteration, MPI_Comm comm,
                                             const std::function<void(CheckpointWriter&)>& write) {
   const std::string name = checkpoint_file_name(iteration);
   const fs::path final_path = fs::path(dir_) / name;
   const fs::path tmp_path = fs::path(dir_) / ("." + name + ".tmp");  // the same name on every rank
+  int64_t needed = 0;
+  for (const auto& part : parts_) needed += part->size_bytes();
+  check_free_space(final_path.string(), needed, comm);
+  // Every rank makes every collective call even after a failed write (the
+  // writer keeps the failure), then all learn of any rank's failure together.
+  std::string failure;
+  int err = 0;
+  std::string ballast;
+  std::unique_ptr<CheckpointWriter> writer;
   try {
-    CheckpointWriter w(tmp_path.string(), rt_, iteration, comm);
+    writer.reset(new CheckpointWriter(tmp_path.string(), rt_, iteration, comm));  // collective: fails on every rank
+  } catch (const Error& e) {
+    throw CheckpointSaveFailed(fmt::format("checkpoint '{}' not written: {}", final_path.string(), e.what()));
+  }
+  {
+    CheckpointWriter& w = *writer;
+    if (fault::hit(fault::Point::disk_full_during_save, rt_.rank(), iteration)) ballast = fill_disk(dir_);
     write(w);
-    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-    w.close();
-  } catch (const std::exception& e) {
-    // The older checkpoints and `latest` are untouched; the partial file goes.
+    w.finish();
+    // A failed write on any rank: the partial file is emptied before the close
+    // (on a full disk the close's metadata write would fail too, and HDF5 would
+    // keep a file it could not close until MPI_Finalize).
+    int failed = w.failure_errno() != 0;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, comm));
+    if (failed) {
+      if (!ballast.empty()) fs::remove(ballast);
+      if (rt_.is_root()) (void)::truncate(tmp_path.c_str(), 0);
+      MPI_CHECK(MPI_Barrier(comm));
+    }
+    failure = w.close();  // this rank's first failure: its write's, else the close's
+    err = w.failure_errno();
+    writer.reset();
+  }
+  failure = agree_on_failure(failure, err, comm);
+  if (!ballast.empty()) fs::remove(ballast);
+  if (!failure.empty()) {
     std::error_code ec;
-    if (rt_.is_root()) fs::remove(tmp_path, ec);
-    throw Error(fmt::format("writing checkpoint '{}' failed ({} is kept): {}", final_path.string(),
-                            latest_path().empty() ? std::string("no earlier checkpoint") : latest_path(), e.what()));
+    if (rt_.is_root()) fs::remove(tmp_path, ec);  // the partial file goes; the older checkpoints and `latest` stay
+    MPI_CHECK(MPI_Barrier(comm));
+    const std::string space =
+        err == ENOSPC ? fmt::format("no space left on device ({} bytes free on the file system of '{}', {} needed); ",
+                                    free_bytes(dir_), dir_, needed)
+                      : "";
+    throw CheckpointSaveFailed(
+        fmt::format("checkpoint '{}' not written: {}{}; {}", final_path.string(), space, failure, kept()));
   }
   // Every rank's data is in the file: rank 0 makes it the checkpoint.
   MPI_CHECK(MPI_Barrier(comm));
-  std::string err;
+  std::string perr;
   if (rt_.is_root()) {
     try {
       publish_file(tmp_path, final_path);
       write_file_atomic(fs::path(dir_) / "latest", name + "\n");
       prune();
     } catch (const std::exception& e) {
-      err = fmt::format("checkpoint '{}' was written but not put in place: {}", final_path.string(), e.what());
+      perr = fmt::format("checkpoint '{}' was written but not put in place: {}", final_path.string(), e.what());
       std::error_code ec;
       fs::remove(tmp_path, ec);
     }
   }
-  err = mpi::bcast_string(comm, err, 0);
-  if (!err.empty()) throw Error(err);
+  perr = mpi::bcast_string(comm, perr, 0);
+  if (!perr.empty()) throw CheckpointSaveFailed(perr);
   return final_path.string();
 }
 
@@ -250,6 +342,7 @@ std::string Checkpointer::inspect(const std::string& path) const {
       if (version != kFormatVersion)
         return fmt::format("mismatch: '{}' has checkpoint format version {}, this llmtrain reads {}", path, version,
                            kFormatVersion);
+      r.check_metadata();
       for (const auto& part : parts_) part->check(r);
     } catch (const CheckpointMismatch& e) {
       return fmt::format("mismatch: {}", e.what());
@@ -268,14 +361,15 @@ std::string Checkpointer::inspect(const std::string& path) const {
 // Rank 0: the newest file every part can load, `latest` first, then the others
 // newest first; "" with `verdict` "mismatch: ..." or "unreadable: ..." when none
 // can be loaded, "" alone when there is none.
-std::string Checkpointer::choose(std::string& verdict) const {
+std::string Checkpointer::choose(std::string& verdict, const std::vector<std::string>& skip) const {
   std::vector<std::string> order;
   const std::string latest = latest_path();
   if (!latest.empty()) order.push_back(latest);
   for (const auto& name : list_checkpoints(dir_))
     if (const std::string p = (fs::path(dir_) / name).string(); p != latest) order.push_back(p);
-  std::vector<std::string> skipped;
+  std::vector<std::string> skipped(skip);
   for (const auto& p : order) {
+    if (std::find(skip.begin(), skip.end(), p) != skip.end()) continue;
     const std::string v = inspect(p);
     if (v.empty()) return p;
     if (v.rfind("mismatch: ", 0) == 0) {
@@ -291,28 +385,48 @@ std::string Checkpointer::choose(std::string& verdict) const {
   return "";
 }
 
-std::optional<LoadedCheckpoint> Checkpointer::load_latest() {
-  torch::NoGradGuard no_grad;
-  // Rank 0 picks the file; every rank follows its verdict.
-  std::string chosen, verdict;
-  if (rt_.is_root()) chosen = choose(verdict);
-  chosen = bcast_from_root(chosen);
-  verdict = bcast_from_root(verdict);
-  if (verdict.rfind("mismatch: ", 0) == 0) throw ConfigError(verdict.substr(10));
-  if (!verdict.empty()) throw Error(verdict.substr(std::strlen("unreadable: ")));
-  if (chosen.empty()) return std::nullopt;
-
-  CheckpointReader r(chosen, rt_, /*collective=*/true);
+// Collective: every part reads `path`; the checksums of what every rank read
+// are compared before any part installs it.
+LoadedCheckpoint Checkpointer::load_file(const std::string& path) {
+  CheckpointReader r(path, rt_, /*collective=*/true);
   LoadedCheckpoint out;
-  out.path = chosen;
+  out.path = path;
   out.iteration = r.iteration();
   out.world_size = r.written_world_size();
   out.strategy = r.attr_str("", "strategy");
   out.config = nlohmann::json::parse(r.attr_str("", "config"));
   for (const auto& part : parts_) part->load(r);
-  if (!r.close()) throw Error(fmt::format("closing checkpoint '{}' failed", chosen));
-  for (const auto& part : parts_) part->finish_load();
+  int64_t unchecked = 0;
+  const auto bad = r.verify(unchecked);
+  if (!r.close()) throw Error(fmt::format("closing checkpoint '{}' failed", path));
+  if (!bad.empty()) throw CheckpointCorrupt(bad.front());
+  if (unchecked)
+    log::info("checkpoint {} was written without checksums (an older llmtrain): {} datasets loaded unverified", path,
+              unchecked);
   return out;
+}
+
+std::optional<LoadedCheckpoint> Checkpointer::load_latest() {
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> corrupt;  // failed their checksums: the previous one is tried
+  for (;;) {
+    // Rank 0 picks the file; every rank follows its verdict.
+    std::string chosen, verdict;
+    if (rt_.is_root()) chosen = choose(verdict, corrupt);
+    chosen = bcast_from_root(chosen);
+    verdict = bcast_from_root(verdict);
+    if (verdict.rfind("mismatch: ", 0) == 0) throw ConfigError(verdict.substr(10));
+    if (!verdict.empty()) throw Error(verdict.substr(std::strlen("unreadable: ")));
+    if (chosen.empty()) return std::nullopt;
+    try {
+      LoadedCheckpoint out = load_file(chosen);
+      for (const auto& part : parts_) part->finish_load();
+      return out;
+    } catch (const CheckpointCorrupt& e) {  // the same verdict on every rank (verify is collective)
+      log::warn("checkpoint {} is unusable ({}); trying the previous one", chosen, e.what());
+      corrupt.push_back(chosen);
+    }
+  }
 }
 
 }  // namespace llmtrain

@@ -2,9 +2,13 @@
 // attributes, whole tensors written and read as slices). The parts of the
 // training state (checkpoint_state.cpp) see only these two classes.
 #include <mpi.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <csignal>
+#include <cmath>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -13,6 +17,7 @@
 
 #include "core/hdf5_util.hpp"
 #include "train/checkpoint_ops.hpp"
+#include "llmtrain/core/crc32c.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/fault.hpp"
 #include "llmtrain/core/hdf5_mutex.hpp"
@@ -78,6 +83,49 @@ std::string join(const std::string& group, const std::string& name) {
   return group.empty() ? name : group + "/" + name;
 }
 
+// One rank's checksum of one slice of a dataset: bytes [offset, offset + bytes)
+// of dataset number `dataset` (in the order of the collective calls, the same
+// on every rank).
+struct Piece {
+  uint64_t dataset, offset, bytes;
+  uint32_t crc;
+};
+
+std::vector<Piece> allgather_pieces(const std::vector<Piece>& mine, MPI_Comm comm = MPI_COMM_WORLD) {
+  int world = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &world));
+  const int n_bytes = static_cast<int>(mine.size() * sizeof(Piece));
+  std::vector<int> counts(static_cast<size_t>(world)), displs(static_cast<size_t>(world));
+  MPI_CHECK(MPI_Allgather(&n_bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int r = 0; r < world; ++r) displs[r] = total, total += counts[r];
+  std::vector<Piece> all(static_cast<size_t>(total) / sizeof(Piece));
+  MPI_CHECK(MPI_Allgatherv(mine.data(), n_bytes, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE,
+                           comm));
+  return all;
+}
+
+// The whole dataset's CRC32C from the slices' (any rank, any order, repeats
+// allowed); nullopt when the slices do not cover it.
+std::vector<std::optional<uint32_t>> combine_pieces(std::vector<Piece> all, const std::vector<uint64_t>& sizes) {
+  std::sort(all.begin(), all.end(), [](const Piece& a, const Piece& b) {
+    return a.dataset != b.dataset ? a.dataset < b.dataset : a.offset < b.offset;
+  });
+  std::vector<std::optional<uint32_t>> out(sizes.size());
+  std::vector<uint64_t> pos(sizes.size(), 0);
+  std::vector<uint32_t> crc(sizes.size(), 0);
+  for (const Piece& p : all) {
+    if (p.dataset >= sizes.size() || p.offset != pos[p.dataset]) continue;  // a repeat, or past a gap
+    crc[p.dataset] = crc32c_combine(crc[p.dataset], p.crc, p.bytes);
+    pos[p.dataset] += p.bytes;
+  }
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (pos[d] == sizes[d]) out[d] = crc[d];
+  return out;
+}
+
+constexpr const char* kCrcAttr = "crc32c";
+
 h5::AttrReader attr_reader(const std::string& path) {
   return h5::AttrReader(fmt::format("checkpoint '{}'", path),
                         "not an llmtrain checkpoint, or written by an incompatible version; "
@@ -93,6 +141,29 @@ struct CheckpointWriter::File {
   MPI_Comm comm = MPI_COMM_WORLD;
   std::map<std::string, H5Id> groups;  // open until the file closes
   H5Id collective, independent;        // transfer property lists
+  std::vector<H5Id> datasets;          // open until finish() writes their checksums
+  std::vector<uint64_t> sizes;         // bytes of each
+  std::vector<Piece> pieces;           // this rank's slices
+  std::string failure;                 // this rank's first failed write ("" = none)
+  int failure_errno = 0;
+  std::string dir;                     // where the file is (its file system's free space)
+  // A failed write is remembered, not thrown: the other ranks go on with
+  // their collective calls, and so must this one.
+  void fail(const std::string& what) {
+    int err = errno;
+    if (!failure.empty()) return;
+    // MPI-IO does not always leave the OS's errno: a file system with less than
+    // 1 MiB free is full for a write of this size.
+    struct statvfs st{};
+    if (err != ENOSPC && ::statvfs(dir.c_str(), &st) == 0 && st.f_bavail * st.f_frsize < (1u << 20)) err = ENOSPC;
+    failure_errno = err ? err : EIO;  // non-zero: failure_errno() says whether this rank failed
+    failure = fmt::format("{}: {}", what, err ? std::strerror(err) : "HDF5 write failed");
+  }
+  size_t add_dataset(H5Id d, uint64_t bytes) {
+    datasets.push_back(std::move(d));
+    sizes.push_back(bytes);
+    return datasets.size() - 1;
+  }
   hid_t group(const std::string& path) {
     if (path.empty()) return file;
     if (auto it = groups.find(path); it != groups.end()) return it->second;
@@ -121,6 +192,8 @@ CheckpointWriter::CheckpointWriter(const std::string& path, const Runtime& rt, i
   // ranges of the whole tensor, with no two-phase shuffle between the ranks
   // (measured: 1.0x dd at one writer, against 0.68x collective).
   f_->independent = make_dxpl(H5FD_MPIO_INDEPENDENT);
+  f_->dir = fs::path(path).parent_path().string();
+  h5::quiet_hdf5_once();  // a failed write is reported by the save, naming the file, not as an HDF5 stack
 }
 
 CheckpointWriter::~CheckpointWriter() = default;
@@ -145,11 +218,24 @@ void CheckpointWriter::replay(const CheckpointOps& ops) {
   }
 }
 
-void CheckpointWriter::close() {
-  if (record_) return;
+
+int CheckpointWriter::failure_errno() const { return f_->failure_errno; }
+
+void CheckpointWriter::finish() {
+  const auto crcs = combine_pieces(allgather_pieces(f_->pieces, f_->comm), f_->sizes);
+  for (size_t d = 0; d < crcs.size(); ++d)
+    if (crcs[d]) h5::write_attr(f_->datasets[d], kCrcAttr, static_cast<int64_t>(*crcs[d]));
+  f_->datasets.clear();
+  attr("", "checksum", std::string(kCrcAttr));
+}
+
+std::string CheckpointWriter::close() {
   f_->groups.clear();  // every object must be closed before the file (MPI-IO closes "semi")
+  f_->datasets.clear();
+  errno = 0;
   // H5Fclose flushes the last metadata: its error (a full disk) is the save's.
-  if (f_->file.close() < 0) throw Error("closing the file failed (disk full?)");
+  if (f_->file.close() < 0) f_->fail("closing the file (writing its metadata)");
+  return f_->failure;
 }
 
 void CheckpointWriter::attr(const std::string& group, const char* name, int64_t v) {
@@ -179,12 +265,21 @@ void CheckpointWriter::tensor(const std::string& group, const std::string& name,
   H5Id d(H5_CHECK(H5Dcreate2(f_->group(group), name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, H5P_DEFAULT,
                              H5P_DEFAULT)),
          H5Dclose);
+  int64_t numel = 1;
+  for (int64_t s : shape) numel *= s;
+  const size_t index = f_->add_dataset(std::move(d), static_cast<uint64_t>(numel) * sizeof(float));
   if (!part.defined() || part.numel() == 0) return;  // independent I/O: only the owners write
   const torch::Tensor buf = part.to(torch::kCPU, torch::kFloat).contiguous();
+  const uint64_t bytes = static_cast<uint64_t>(buf.numel()) * sizeof(float);
+  // The checksum of the bytes as written, while they are in memory (no second pass over the file).
+  f_->pieces.push_back({index, static_cast<uint64_t>(offset) * sizeof(float), bytes, crc32c(buf.data_ptr(), bytes)});
+  if (!f_->failure.empty()) return;  // the disk is full already: no more data, the same collective calls
   hsize_t n = static_cast<hsize_t>(buf.numel());
   select_flat_range(fspace, shape, offset, buf.numel());
   H5Id mspace(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-  H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, f_->independent, buf.data_ptr<float>()));
+  errno = 0;
+  if (H5_LOCKED(H5Dwrite(f_->datasets[index], H5T_NATIVE_FLOAT, mspace, fspace, f_->independent, buf.data_ptr<float>())) < 0)
+    f_->fail(fmt::format("writing dataset '{}'", join(group, name)));
 }
 
 void CheckpointWriter::rank_row(const std::string& group, const std::string& name, const std::vector<uint8_t>& row) {
@@ -206,7 +301,13 @@ void CheckpointWriter::rank_row(const std::string& group, const std::string& nam
   H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr));
   hsize_t mdim = static_cast<hsize_t>(len);
   H5Id mspace(H5_CHECK(H5Screate_simple(1, &mdim, nullptr)), H5Sclose);
-  H5_CHECK(H5Dwrite(d, H5T_NATIVE_UINT8, mspace, fspace, f_->collective, row.data()));
+  const auto ulen = static_cast<uint64_t>(len);
+  const size_t index = f_->add_dataset(std::move(d), ulen * static_cast<uint64_t>(world_size_));
+  f_->pieces.push_back({index, ulen * static_cast<uint64_t>(rank_), ulen, crc32c(row.data(), row.size())});
+  // Collective: every rank calls it, a failed one too (its error is kept, not thrown).
+  errno = 0;
+  if (H5_LOCKED(H5Dwrite(f_->datasets[index], H5T_NATIVE_UINT8, mspace, fspace, f_->collective, row.data())) < 0)
+    f_->fail(fmt::format("writing dataset '{}'", join(group, name)));
 }
 
 // ---- the reader ----------------------------------------------------------------------
@@ -215,6 +316,16 @@ struct CheckpointReader::File {
   H5Id file;
   H5Id collective, independent;
   h5::AttrReader attrs{"", ""};
+  std::vector<std::string> names;      // datasets read, in call order (the same on every rank)
+  std::vector<uint64_t> sizes;
+  std::vector<Piece> pieces;           // this rank's checksums of what it read
+  size_t add_dataset(const std::string& path, hid_t space, size_t elem_bytes) {
+    uint64_t n = 1;
+    for (int64_t s : dims_of(space)) n *= static_cast<uint64_t>(s);
+    names.push_back(path);
+    sizes.push_back(n * elem_bytes);
+    return names.size() - 1;
+  }
   H5Id object(const std::string& path) const {  // a group (or the root) to read attributes of
     return H5Id(H5_CHECK(H5Oopen(file, path.empty() ? "/" : path.c_str(), H5P_DEFAULT)), H5Oclose);
   }
@@ -261,6 +372,10 @@ void CheckpointReader::require_group(const std::string& group) const {
   if (!exists(group)) throw CheckpointUnusable(fmt::format("checkpoint '{}' has no group '{}'", path_, group));
 }
 
+bool CheckpointReader::has_attr(const std::string& group, const char* name) const {
+  return f_->attrs.has(f_->object(group), name);
+}
+
 int64_t CheckpointReader::attr_i64(const std::string& group, const char* name) const {
   return f_->attrs.i64(f_->object(group), name);
 }
@@ -283,6 +398,7 @@ CheckpointReader::Dataset CheckpointReader::dataset(const std::string& path) con
 void CheckpointReader::read_tensor(const std::string& path, int64_t offset, const torch::Tensor& dst) {
   H5Id d(H5_CHECK(H5Dopen2(f_->file, path.c_str(), H5P_DEFAULT)), H5Dclose);
   H5Id fspace(H5_CHECK(H5Dget_space(d)), H5Sclose);
+  const size_t index = f_->add_dataset(path, fspace, sizeof(float));
   if (!dst.defined() || dst.numel() == 0) return;
   // Straight into `dst` where it is contiguous fp32 on the CPU.
   const bool direct = dst.device().is_cpu() && dst.scalar_type() == torch::kFloat && dst.is_contiguous();
@@ -291,6 +407,8 @@ void CheckpointReader::read_tensor(const std::string& path, int64_t offset, cons
   select_flat_range(fspace, dims_of(fspace), offset, buf.numel());
   H5Id mspace(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
   H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, f_->independent, buf.data_ptr<float>()));
+  const uint64_t bytes = static_cast<uint64_t>(buf.numel()) * sizeof(float);
+  f_->pieces.push_back({index, static_cast<uint64_t>(offset) * sizeof(float), bytes, crc32c(buf.data_ptr(), bytes)});
   if (!direct) dst.copy_(buf.view(dst.sizes()));
 }
 
@@ -314,8 +432,133 @@ std::optional<std::vector<uint8_t>> CheckpointReader::rank_row(const std::string
   if (!same_world || dims[1] == 0) H5_CHECK(H5Sselect_none(mspace));
   uint8_t dummy = 0;
   H5_CHECK(H5Dread(d, H5T_NATIVE_UINT8, mspace, fspace, f_->collective, row.empty() ? &dummy : row.data()));
-  if (!same_world) return std::nullopt;
+  const size_t index = f_->add_dataset(path, fspace, 1);
+  if (!same_world) return std::nullopt;  // nothing read: not checked
+  const auto len = static_cast<uint64_t>(row.size());
+  f_->pieces.push_back({index, len * static_cast<uint64_t>(rank_), len, crc32c(row.data(), row.size())});
   return row;
+}
+
+std::vector<std::string> CheckpointReader::verify(int64_t& unchecked) {
+  const auto crcs = combine_pieces(allgather_pieces(f_->pieces), f_->sizes);
+  std::vector<std::string> bad;
+  unchecked = 0;
+  for (size_t d = 0; d < crcs.size(); ++d) {
+    if (!crcs[d]) continue;  // read in part only (another world size's RNG rows)
+    H5Id ds(H5_CHECK(H5Dopen2(f_->file, f_->names[d].c_str(), H5P_DEFAULT)), H5Dclose);
+    if (H5_LOCKED(H5Aexists(ds, kCrcAttr)) <= 0) {
+      ++unchecked;
+      continue;
+    }
+    const auto stored = static_cast<uint32_t>(f_->attrs.i64(ds, kCrcAttr));
+    if (stored != *crcs[d])
+      bad.push_back(fmt::format("checkpoint '{}': dataset '{}' fails its checksum (crc32c stored {:08x}, read "
+                                "{:08x}): the file is corrupt",
+                                path_, f_->names[d], stored, *crcs[d]));
+  }
+  return bad;
+}
+
+}  // namespace llmtrain
+
+// ---- checks shared by loading and llmtrain-checkpoint verify -----------------------------
+
+namespace llmtrain {
+namespace {
+
+// Counters and sizes out of range mean a damaged file (or one edited by hand):
+// the first problem, naming the file and the attribute, or "".
+std::string metadata_problem(hid_t file, const h5::AttrReader& a, const std::string& path) {
+  const auto obj = [&](const char* g) { return H5Id(H5_CHECK(H5Oopen(file, g, H5P_DEFAULT)), H5Oclose); };
+  const auto bad = [&](const char* g, const char* name, const std::string& v, const char* expected) {
+    return fmt::format("checkpoint '{}': attribute '{}{}' is {}, expected {} (the file is damaged)", path, g, name, v,
+                       expected);
+  };
+  const H5Id root = obj("/");
+  const int64_t it = a.i64(root, "iteration"), ws = a.i64(root, "world_size");
+  if (it < 0) return bad("", "iteration", std::to_string(it), ">= 0");
+  if (ws < 1) return bad("", "world_size", std::to_string(ws), ">= 1");
+  if (H5_LOCKED(H5Lexists(file, "train_state", H5P_DEFAULT)) > 0) {
+    const H5Id ts = obj("train_state");
+    const int64_t ts_it = a.i64(ts, "iteration");
+    if (ts_it != it) return bad("train_state/", "iteration", std::to_string(ts_it), fmt::format("{} (the root's)", it).c_str());
+    for (const char* k : {"bad_steps"})
+      if (a.has(ts, k) && a.i64(ts, k) < 0) return bad("train_state/", k, std::to_string(a.i64(ts, k)), ">= 0");
+    for (const char* k : {"global_batch_sequences", "block_size"})
+      if (a.has(ts, k) && a.i64(ts, k) < 1) return bad("train_state/", k, std::to_string(a.i64(ts, k)), ">= 1");
+    if (a.has(ts, "best_val_loss") && std::isnan(a.f64(ts, "best_val_loss")))
+      return bad("train_state/", "best_val_loss", "NaN", "a number or +inf");
+  }
+  if (H5_LOCKED(H5Lexists(file, "optimizer", H5P_DEFAULT)) > 0) {
+    const H5Id o = obj("optimizer");
+    if (a.has(o, "steps") && a.i64(o, "steps") < 0) return bad("optimizer/", "steps", std::to_string(a.i64(o, "steps")), ">= 0");
+  }
+  return "";
+}
+
+struct Visit {
+  std::vector<std::string> datasets;
+};
+herr_t collect_dataset(hid_t g, const char* name, const H5L_info_t*, void* data) {
+  const hid_t o = H5_LOCKED(H5Oopen(g, name, H5P_DEFAULT));
+  if (o < 0) return 0;
+  if (H5_LOCKED(H5Iget_type(o)) == H5I_DATASET) static_cast<Visit*>(data)->datasets.emplace_back(name);
+  H5_LOCKED(H5Oclose(o));
+  return 0;
+}
+
+}  // namespace
+
+void CheckpointReader::check_metadata() const {
+  const std::string p = metadata_problem(f_->file, f_->attrs, path_);
+  if (!p.empty()) throw CheckpointUnusable(p);
+}
+
+std::vector<std::string> verify_checkpoint_file(const std::string& path, std::vector<std::string>& notes) {
+  h5::quiet_hdf5_once();
+  if (!fs::is_regular_file(path)) return {fmt::format("'{}' does not exist", path)};
+  if (H5_LOCKED(H5Fis_hdf5(path.c_str())) <= 0) return {fmt::format("'{}' is not an HDF5 file (truncated or overwritten?)", path)};
+  const hid_t fid = H5_LOCKED(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (fid < 0) return {fmt::format("HDF5 cannot open '{}' (truncated?)", path)};
+  H5Id file(fid, H5Fclose);
+  const h5::AttrReader a = attr_reader(path);
+  std::vector<std::string> problems;
+  try {
+    H5Id root(H5_CHECK(H5Oopen(file, "/", H5P_DEFAULT)), H5Oclose);
+    if (a.str(root, "format") != "llmtrain-checkpoint") return {fmt::format("'{}' is not an llmtrain checkpoint", path)};
+    if (std::string p = metadata_problem(file, a, path); !p.empty()) problems.push_back(p);
+    Visit v;
+    H5_CHECK(H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &v));
+    int64_t unchecked = 0;
+    for (const auto& name : v.datasets) {
+      H5Id d(H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)), H5Dclose);
+      H5Id type(H5_CHECK(H5Dget_type(d)), H5Tclose);
+      H5Id space(H5_CHECK(H5Dget_space(d)), H5Sclose);
+      const auto n = static_cast<size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space)));
+      std::vector<uint8_t> buf(n * H5_LOCKED(H5Tget_size(type)));
+      if (!buf.empty() && H5_LOCKED(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data())) < 0) {
+        problems.push_back(fmt::format("checkpoint '{}': dataset '{}' cannot be read", path, name));
+        continue;
+      }
+      if (!a.has(d, kCrcAttr)) {
+        ++unchecked;
+        continue;
+      }
+      const auto stored = static_cast<uint32_t>(a.i64(d, kCrcAttr)), got = crc32c(buf.data(), buf.size());
+      if (stored != got)
+        problems.push_back(fmt::format("checkpoint '{}': dataset '{}' fails its checksum (crc32c stored {:08x}, "
+                                       "read {:08x})",
+                                       path, name, stored, got));
+    }
+    if (unchecked)
+      notes.push_back(fmt::format("{} of {} datasets carry no checksum (written before checksums): read, not verified",
+                                  unchecked, v.datasets.size()));
+    else
+      notes.push_back(fmt::format("{} datasets, every crc32c verified", v.datasets.size()));
+  } catch (const std::exception& e) {
+    problems.push_back(e.what());
+  }
+  return problems;
 }
 
 }  // namespace llmtrain

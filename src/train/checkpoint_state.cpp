@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <csignal>
+#include <set>
+#include <sstream>
 
 #include <ATen/core/Generator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -50,6 +52,29 @@ std::vector<const StateSlice*> by_param(const std::vector<StateSlice>& slices, s
     out[s.param] = &s;
   }
   return out;
+}
+
+// Every key with its section, from the one declaration list.
+struct KeySection {
+  const char* section;
+  const char* name;
+};
+constexpr KeySection kKeySections[] = {
+#define LLMTRAIN_KEY(section, type, name, def, check, help) {#section, #name},
+#include "llmtrain/core/config_keys.def"
+#undef LLMTRAIN_KEY
+};
+
+// Model keys that do not shape a tensor: they may change on resume.
+bool shapes_model(const KeySection& k) {
+  const std::string n = k.name;
+  return std::string(k.section) == "model" && n != "dropout" && n != "attention_backend";
+}
+// Keys whose change a resume applies and lists.
+bool listed_on_resume(const KeySection& k) {
+  static const std::set<std::string> also = {"batch_size", "gradient_accumulation_steps", "block_size", "dropout",
+                                             "dtype", "max_iters"};
+  return std::string(k.section) == "optim" || also.count(k.name) > 0;
 }
 
 // The default CPU generator and, on CUDA, the device's, by dataset name.
@@ -132,6 +157,16 @@ void StrategyCheckpoint::load(CheckpointReader& r) {
 
 void StrategyCheckpoint::finish_load() { strategy_.finish_load(loaded_steps_); }
 
+int64_t StrategyCheckpoint::size_bytes() const {
+  int64_t n = 0;
+  for (const auto& p : params_) {
+    int64_t e = 1;
+    for (int64_t d : p.shape) e *= d;
+    n += e;
+  }
+  return n * static_cast<int64_t>(sizeof(float)) * static_cast<int64_t>(std::size(kTensors));
+}
+
 // ---- the run's counters ---------------------------------------------------------------
 
 void TrainStateCheckpoint::save(CheckpointWriter& w) {
@@ -195,6 +230,51 @@ void ScheduleCheckpoint::save(CheckpointWriter& w) {
   w.attr("schedule", "warmup_iters", schedule_.warmup_iters);
   w.attr("schedule", "lr_decay_iters", schedule_.lr_decay_iters);
   w.attr("schedule", "decay_lr", static_cast<int64_t>(schedule_.decay));
+}
+
+// ---- the config, on resume ---------------------------------------------------------
+
+ResumeConfigCheck::ResumeConfigCheck(nlohmann::json now, const std::string& allow, std::string tokenizer)
+    : now_(std::move(now)), tokenizer_(std::move(tokenizer)) {
+  std::stringstream in(allow);
+  for (std::string word; std::getline(in, word, ',');) {
+    if (word == "data_dir")
+      allow_data_dir_ = true;
+    else if (!word.empty())
+      throw ConfigError(fmt::format("config key 'resume_allow': '{}' is not allowed (allowed: data_dir)", word));
+  }
+}
+
+void ResumeConfigCheck::check(const CheckpointReader& r) const {
+  const auto then = nlohmann::json::parse(r.attr_str("", "config"));
+  const auto differs = [&](const char* key) { return then.contains(key) && now_.contains(key) && then[key] != now_[key]; };
+  for (const auto& k : kKeySections)
+    if (shapes_model(k) && differs(k.name))
+      throw CheckpointMismatch(fmt::format("resuming '{}': config key '{}' is {} in the checkpoint's run and {} now; "
+                                           "the model's shape cannot change on resume (set it back, or start a new "
+                                           "out_dir)",
+                                           r.path(), k.name, then[k.name].dump(), now_[k.name].dump()));
+  if (r.has_attr("", "tokenizer") && r.attr_str("", "tokenizer") != tokenizer_)
+    throw CheckpointMismatch(fmt::format("resuming '{}': the checkpoint's run used tokenizer '{}', this run's data "
+                                         "(config key 'data_dir' = {}) uses '{}': the model cannot continue on other "
+                                         "token ids",
+                                         r.path(), r.attr_str("", "tokenizer"), now_.value("data_dir", ""),
+                                         tokenizer_));
+  if (differs("data_dir") && !allow_data_dir_)
+    throw CheckpointMismatch(fmt::format("resuming '{}': config key 'data_dir' is {} in the checkpoint's run and {} "
+                                         "now; add resume_allow=data_dir to continue the run on other data",
+                                         r.path(), then["data_dir"].dump(), now_["data_dir"].dump()));
+}
+
+std::vector<ResumeChange> resume_changes(const nlohmann::json& checkpoint_config, const nlohmann::json& now) {
+  std::vector<ResumeChange> out;
+  for (const auto& k : kKeySections)
+    if (listed_on_resume(k) && checkpoint_config.contains(k.name) && now.contains(k.name) &&
+        checkpoint_config[k.name] != now[k.name])
+      out.push_back({k.name, checkpoint_config[k.name], now[k.name]});
+  if (checkpoint_config.contains("data_dir") && checkpoint_config["data_dir"] != now.value("data_dir", nlohmann::json()))
+    out.push_back({"data_dir", checkpoint_config["data_dir"], now["data_dir"]});
+  return out;
 }
 
 // ---- RNG ------------------------------------------------------------------------------

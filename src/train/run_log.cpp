@@ -358,7 +358,13 @@ void RunLog::on_signal(int signal) {
              {"signal", signal},
              {"message", fmt::format("signal {} received; stopping after the current iteration with a checkpoint",
                                      signal)}});
-  flush(/*force=*/true);
+  // A summary now, before the launcher may kill the ranks (mpirun: about a
+  // second after SIGTERM): the run's end replaces it when it gets there.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!enabled_) return;
+  if (!summary_.is_object() || summary_.empty())
+    summary_ = {{"status", "stopped"}, {"stop_signal", signal}, {"iterations_logged", num_iterations_}};
+  flush_locked(/*force=*/true);
 }
 
 bool RunLog::flush(bool force) {

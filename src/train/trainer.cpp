@@ -89,6 +89,7 @@ struct Trainer::Impl {
   std::optional<LoadedCheckpoint> resumed;
   int64_t last_saved_iteration = -1;
   std::string async_reason;  // why the asynchronous save in flight was taken
+  std::string save_failure;                  // the last failed save, until a later one succeeds
   int64_t consecutive_bad_steps = 0;
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
   int64_t last_eval_tokens = 0;                         // predicted tokens of the last evaluate(), all ranks
@@ -161,6 +162,7 @@ struct Trainer::Impl {
                                  {"world_size", resumed->world_size},
                                  {"strategy", resumed->strategy}};
     predict_run(startup);
+    if (resumed) startup["resume_changes"] = resume_changes_json;
     run_log->set_startup_info(std::move(startup));
     run_log->flush(/*force=*/true);
     // How the run's record survives its end: another rank's fatal error is
@@ -176,8 +178,11 @@ struct Trainer::Impl {
 
   // The checkpoint's parts, in file order (train/checkpoint_state.hpp).
   void register_checkpoint_parts() {
+    const std::string tokenizer = data.tokenizer_hash.empty() ? data.tokenizer
+                                                              : data.tokenizer + " " + data.tokenizer_hash;
     checkpointer = std::make_unique<Checkpointer>(cfg.out_dir, cfg.keep_last, rt,
-                                                  CheckpointRun{strategy->name(), cfg.to_json()});
+                                                  CheckpointRun{strategy->name(), cfg.to_json(), tokenizer});
+    checkpointer->add(std::make_unique<ResumeConfigCheck>(cfg.to_json(), cfg.resume_allow, tokenizer));  // first
     checkpointer->add(std::make_unique<StrategyCheckpoint>(parameter_table(mcfg), *strategy));
     checkpointer->add(std::make_unique<TrainStateCheckpoint>(state));
     checkpointer->add(std::make_unique<LossScalerCheckpoint>(scaler));
@@ -202,7 +207,16 @@ struct Trainer::Impl {
     last_saved_iteration = state.iteration;
     log::info("resumed from {} at iteration {} (written by {} on {} rank(s))", resumed->path, state.iteration,
               resumed->strategy, resumed->world_size);
+    for (const auto& c : resume_changes(resumed->config, cfg.to_json()))
+      resume_changes_json.push_back({{"key", c.key}, {"checkpoint", c.checkpoint}, {"now", c.now}});
+    if (resume_changes_json.empty()) return;
+    std::string text;
+    for (const auto& c : resume_changes_json)
+      text += fmt::format("{}{} {} -> {}", text.empty() ? "" : ", ", c["key"].get<std::string>(), c["checkpoint"].dump(),
+                          c["now"].dump());
+    log::info("resume changes (applied from iteration {} on): {}", state.iteration, text);
   }
+  nlohmann::json resume_changes_json = nlohmann::json::array();  // resume_changes: keys that differ from the checkpoint's run
 
   // Saves the training state after state.iteration iterations (once per
   // iteration). With checkpoint_async, saves that allow it (evaluations,
@@ -221,9 +235,18 @@ struct Trainer::Impl {
       last_saved_iteration = state.iteration;
       return "";
     }
-    const std::string path = checkpointer->save(state.iteration);
+    std::string path;
+    try {
+      path = checkpointer->save(state.iteration);
+    } catch (const CheckpointSaveFailed& e) {  // on every rank together; nothing half-written is left
+      save_failure = e.what();
+      run_log->add_event({{"iter", state.iteration}, {"kind", "checkpoint_failed"}, {"message", save_failure}});
+      log::warn("{}; training goes on, the next save retries", save_failure);
+      return "";
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last_saved_iteration = state.iteration;
+    save_failure.clear();
     run_log->add_checkpoint({{"iter", state.iteration}, {"path", path}, {"reason", why}, {"seconds", seconds}});
     log::info("checkpoint {} ({}, {:.2f} s)", path, why, seconds);
     return path;
@@ -237,12 +260,14 @@ struct Trainer::Impl {
     if (!r) return;
     if (!r->error.empty()) {
       if (last_saved_iteration == r->iteration) last_saved_iteration = -1;
+      save_failure = r->error;
       const std::string msg = fmt::format("the asynchronous checkpoint after iteration {} failed; training goes on "
                                           "and the next save retries: {}", r->iteration, r->error);
       run_log->add_event({{"iter", r->iteration}, {"kind", "checkpoint_failed"}, {"message", msg}});
       log::warn("{}", msg);
       return;
     }
+    save_failure.clear();
     run_log->add_checkpoint({{"iter", r->iteration}, {"path", r->path}, {"reason", async_reason},
                              {"seconds", r->snapshot_seconds}, {"async", true},
                              {"write_seconds", r->write_seconds}});
@@ -580,6 +605,10 @@ struct Trainer::Impl {
   TrainResult finish_run(TrainResult result) {
     rt.watchdog().activity("end of the run: summary, run log");
     if (checkpointer) collect_async_save();  // the run ends when its last checkpoint is on disk
+    if (!save_failure.empty()) {  // the run's last state is in no checkpoint: not a success
+      run_log->flush(/*force=*/true);
+      throw Error(fmt::format("the run's last checkpoint could not be saved: {}", save_failure));
+    }
     const auto summary = metrics->summary(cfg.warmup_report_iters);
     auto s = summary;
     s["bad_steps"] = state.bad_steps;

@@ -10,8 +10,9 @@
                read (an input error later in the stream is not reached), naming
                the path and the OS error (run without the DAC capabilities: root
                is then bound by permission bits like any user).
-  full_disk    a rerun into a small tmpfs that fills up fails with the OS error;
-               the old data directory is intact and no partial output is left
+  full_disk    a rerun into a small tmpfs that fills up fails with one line naming
+               the shard, the OS error, the disk's free and the needed bytes (no HDF5
+               error stack); the old data directory is intact and no partial output is left
                (root; 77 where mounting is not allowed).
   binary_input files of random bytes, a JSONL document with a NUL and a document
                holding the end-of-document token are skipped with one warning each
@@ -156,6 +157,12 @@ elif case == "full_disk":
             fail(p, "a full disk was reported as success")
         if "No space left on device" not in p.stdout:
             fail(p, "the error does not give the OS's reason (No space left on device)")
+        line = next((l for l in p.stdout.splitlines() if "error: writing shard" in l), "")
+        if not ("No space left on device" in line and ".h5" in line and "bytes free on the file system of" in line
+                and "needed" in line):
+            fail(p, "the error does not name the shard, the disk, the bytes free and needed")
+        if "HDF5-DIAG" in p.stdout:
+            fail(p, "a raw HDF5 error stack was printed")
         cmp = filecmp.dircmp(saved, out)
         if cmp.left_only or cmp.right_only or cmp.diff_files:
             fail(p, f"the old data directory changed: {cmp.left_only} {cmp.right_only} {cmp.diff_files}")

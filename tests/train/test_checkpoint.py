@@ -29,6 +29,21 @@
                   naming a missing file, no checkpoint at all, an unwritable out_dir,
                   a full disk during a save (a small tmpfs): one-line errors naming the
                   file or tensor; an older checkpoint is never lost.
+  checksum        every dataset's crc32c: llmtrain-checkpoint verify passes a sound
+                  directory; one flipped bit in a tensor is named (file and dataset) by
+                  verify and by resume, which falls back to the previous checkpoint; a
+                  negative iteration attribute the same; a file without checksums
+                  (an older llmtrain's) loads with a note. 2 ranks, ZeRO-1 (each rank
+                  writes and reads its own slices; the checksums combine).
+  disk_full       2 ranks on a small tmpfs: a save that cannot fit is refused before
+                  writing (free and needed bytes named); the disk filling up half way
+                  through a save (the disk_full_during_save fault point on rank 1)
+                  fails the save on both ranks together, the .tmp goes, training goes
+                  on with a warning and the next interval saves; a final save that
+                  fails makes the run exit non-zero.
+  resume_changes  a resume with another learning_rate / grad_clip lists them (console,
+                  run log resume_changes); another n_embd is refused naming the key;
+                  another data_dir is refused unless resume_allow=data_dir.
 
 Usage: test_checkpoint.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -263,7 +278,7 @@ elif case == "bad_input":
     e.train(1, data, "good", *flags)
     # A model that does not match: the tensor and both shapes are named.
     p, _ = e.train(1, data, "good", *flags, "--n_embd=48", "--init_from=resume", expect_ok=False)
-    expect_error(p, "wte.weight", "(256, 48)", "(256, 64)")
+    expect_error(p, "config key 'n_embd'", "64", "48")
     # The newest checkpoint truncated: a warning, then the previous one.
     shutil.copytree(os.path.join(work, "good"), os.path.join(work, "trunc"))
     newest = os.path.join(ckpt_dir("trunc"), "ckpt_00000004.h5")
@@ -316,6 +331,134 @@ elif case == "bad_input":
         print(f"  disk full during the second save: error named the file, kept {kept}, resumed from it")
     finally:
         subprocess.run(["umount", disk])
+elif case == "checksum":
+    import struct
+    data = e.prepare()
+    flags = [*COMMON, "--max_iters=4", "--checkpoint_interval=2", "--use_zero1=True"]
+    e.train(2, data, "good", *flags)
+    verify = os.path.join(e.bin_dir, "llmtrain-checkpoint")
+    p = e.run([verify, "verify", os.path.join(work, "good")])
+    assert "2 of 2 checkpoint(s) sound" in p.stdout and "every crc32c verified" in p.stdout, p.stdout
+    print("  verify on a sound run:", p.stdout.strip().splitlines()[-1])
+    py = os.environ.get("LLMTRAIN_PYTHON", "python3")
+    ds = "optimizer/exp_avg/h.1.mlp.c_fc.weight"
+
+    def h5(script, path):
+        subprocess.run([py, "-c", "import h5py, sys, numpy as np; f = h5py.File(sys.argv[1], 'r+'); " + script +
+                        "; f.close()", path], check=True)
+
+    # One flipped bit in the middle of a tensor's bytes on disk.
+    shutil.copytree(os.path.join(work, "good"), os.path.join(work, "flip"))
+    newest = os.path.join(ckpt_dir("flip"), "ckpt_00000004.h5")
+    off = int(subprocess.run([py, "-c", "import h5py, sys; d = h5py.File(sys.argv[1], 'r')[sys.argv[2]]; "
+                              "print(d.id.get_offset() + d.id.get_storage_size() // 2)", newest, ds],
+                             check=True, stdout=subprocess.PIPE, text=True).stdout)
+    with open(newest, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x04]))
+    p = e.run([verify, "verify", os.path.join(work, "flip")], expect_ok=False)
+    assert p.returncode == 1 and "ckpt_00000004.h5" in p.stdout and ds in p.stdout and "checksum" in p.stdout, p.stdout
+    print("  verify names the flipped tensor:", next(l for l in p.stdout.splitlines() if "BAD" in l)[:200])
+    p, _ = e.train(2, data, "flip", *flags, "--max_iters=6", "--init_from=resume")
+    assert "ckpt_00000004.h5 is unusable" in p.stdout and ds in p.stdout and \
+        "ckpt_00000002.h5 at iteration 2" in p.stdout, p.stdout
+    print("  resume: warned naming file and dataset, resumed from ckpt_00000002.h5")
+    # Out-of-range metadata: a negative iteration.
+    shutil.copytree(os.path.join(work, "good"), os.path.join(work, "negative"))
+    h5("f.attrs['iteration'] = np.int64(-5)", os.path.join(ckpt_dir("negative"), "ckpt_00000004.h5"))
+    p = e.run([verify, "verify", os.path.join(ckpt_dir("negative"), "ckpt_00000004.h5")], expect_ok=False)
+    assert p.returncode == 1 and "attribute 'iteration' is -5" in p.stdout, p.stdout
+    p, _ = e.train(2, data, "negative", *flags, "--max_iters=6", "--init_from=resume")
+    assert "ckpt_00000004.h5 is unusable" in p.stdout and "attribute 'iteration' is -5" in p.stdout and \
+        "ckpt_00000002.h5 at iteration 2" in p.stdout, p.stdout
+    print("  negative iteration: named by resume (fell back) and by verify")
+    # A checkpoint of an older llmtrain: no checksums at all.
+    shutil.copytree(os.path.join(work, "good"), os.path.join(work, "old"))
+    h5("f.visititems(lambda n, o: o.attrs.__delitem__('crc32c') if isinstance(o, h5py.Dataset) else None); "
+       "f.attrs.__delitem__('checksum')",
+       os.path.join(ckpt_dir("old"), "ckpt_00000004.h5"))
+    p, _ = e.train(2, data, "old", *flags, "--max_iters=6", "--init_from=resume")
+    assert "written without checksums" in p.stdout and "ckpt_00000004.h5 at iteration 4" in p.stdout, p.stdout
+    print("  a checkpoint without checksums loads, with a note")
+
+elif case == "disk_full":
+    data = e.prepare()
+    disk = os.path.join(work, "small_disk")
+    os.makedirs(disk)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", disk]).returncode != 0:
+        print("SKIP: cannot mount a tmpfs here (needs root: mount -t tmpfs)")
+        sys.exit(77)
+    try:
+        flags = [*COMMON, "--max_iters=4", "--checkpoint_interval=2", "--keep_last=1", "--use_zero1=True"]
+        # Rank 1 fills the disk half way through iteration 2's save: both ranks learn of it, nothing hangs
+        # (a collective_timeout_s far below the suite's timeout would end a hang), training goes on.
+        out = os.path.join(disk, "run")
+        p, log = e.train(2, data, out, *flags, "--collective_timeout_s=60",
+                         env={"LLMTRAIN_TEST_DISK_FULL_DURING_SAVE": "1:2"})
+        warn = next((l for l in p.stdout.splitlines() if "ckpt_00000002.h5' not written" in l), None)
+        assert warn and "no space left on device" in warn and "bytes free" in warn and "needed" in warn, p.stdout
+        assert "training goes on" in warn, warn
+        names = sorted(os.listdir(os.path.join(out, "checkpoints")))
+        assert names == ["ckpt_00000004.h5", "latest"], names
+        assert [ev["kind"] for ev in log["events"]].count("checkpoint_failed") == 1, log["events"]
+        print(f"  disk full during iteration 2's save (rank 1): {warn.strip()[:240]}")
+        print(f"  run went on; iteration 4 saved; directory {names}")
+        shutil.rmtree(out)
+        # The final save fails: exit non-zero, the message names the file.
+        p, _ = e.train(2, data, out, *flags, expect_ok=False, env={"LLMTRAIN_TEST_DISK_FULL_DURING_SAVE": "0:4"})
+        assert p.returncode != 0 and "ckpt_00000004.h5' not written" in p.stdout and \
+            "last checkpoint could not be saved" in p.stdout, p.stdout
+        names = sorted(os.listdir(os.path.join(out, "checkpoints")))
+        assert names == ["ckpt_00000002.h5", "latest"], names
+        print(f"  the final save failed: exit {p.returncode}, directory {names}")
+    finally:
+        subprocess.run(["umount", disk])
+    # A disk too small for any checkpoint: refused before writing a byte.
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", disk], check=True)
+    try:
+        out = os.path.join(disk, "run")
+        p, _ = e.train(2, data, out, *flags, expect_ok=False)
+        line = next((l for l in p.stdout.splitlines() if "ckpt_00000002.h5' not written" in l), "")
+        assert "no space left on device" in line and "bytes free" in line and "3" in line, p.stdout
+        assert p.returncode != 0, p.stdout
+        assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == [], os.listdir(os.path.join(out, "checkpoints"))
+        print(f"  2 MB disk: refused before writing: {line.strip()[:240]}")
+    finally:
+        subprocess.run(["umount", disk])
+
+elif case == "resume_changes":
+    data = e.prepare()
+    flags = [*COMMON, "--max_iters=4", "--checkpoint_interval=2"]
+    e.train(1, data, "run", *flags)
+    shutil.copytree(os.path.join(work, "run"), os.path.join(work, "run2"))
+    p, log = e.train(1, data, "run", *flags, "--max_iters=6", "--init_from=resume", "--learning_rate=1e-3",
+                     "--grad_clip=1.0")
+    lines = [l for l in p.stdout.splitlines() if "resume changes" in l]
+    assert len(lines) == 1 and "learning_rate 0.003 -> 0.001" in lines[0] and "grad_clip 0.5 -> 1.0" in lines[0] \
+        and "max_iters 4 -> 6" in lines[0], p.stdout
+    ch = {c["key"]: (c["checkpoint"], c["now"]) for c in log["startup_info"]["resume_changes"]}
+    assert ch["learning_rate"] == (0.003, 0.001) and ch["grad_clip"] == (0.5, 1.0), ch
+    assert abs(log["training_iterations"][-1]["lr"] - 1e-3) < 3e-4, log["training_iterations"][-1]
+    print("  " + lines[0].strip())
+    p, _ = e.train(1, data, "run2", *flags, "--init_from=resume", "--n_embd=48", expect_ok=False)
+    expect_error(p, "config key 'n_embd'", "cannot change on resume")
+    shutil.copytree(os.path.join(work, "run2"), os.path.join(work, "run3"))
+    py = os.environ.get("LLMTRAIN_PYTHON", "python3")
+    for n in ("ckpt_00000002.h5", "ckpt_00000004.h5"):
+        subprocess.run([py, "-c", "import h5py, sys, numpy as np; f = h5py.File(sys.argv[1], 'r+'); "
+                        "f.attrs['tokenizer'] = np.bytes_(b'gpt2'); f.close()",
+                        os.path.join(ckpt_dir("run3"), n)], check=True)
+    p, _ = e.train(1, data, "run3", *flags, "--init_from=resume", expect_ok=False)
+    expect_error(p, "used tokenizer 'gpt2'", "uses 'byte'")
+    other = os.path.join(work, "other_data")
+    shutil.copytree(data, other)
+    p, _ = e.train(1, other, "run2", *flags, "--init_from=resume", "--max_iters=5", expect_ok=False)
+    expect_error(p, "config key 'data_dir'", "resume_allow=data_dir")
+    p, log = e.train(1, other, "run2", *flags, "--init_from=resume", "--max_iters=5", "--resume_allow=data_dir")
+    assert any(c["key"] == "data_dir" for c in log["startup_info"]["resume_changes"]), log["startup_info"]
+    print("  data_dir changed with resume_allow=data_dir: resumed, listed")
 else:
     sys.exit(f"unknown case {case}")
 print("PASS")

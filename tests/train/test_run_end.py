@@ -8,6 +8,8 @@
                  second later, while iterations take longer than that: the run log
                  already holds every finished iteration and the signal (flushed when
                  the signal arrived, not at the next periodic flush 10 s later).
+                 Its summary says status "stopped" with the signal (written when the
+                 signal arrived), not {}.
   completed      a normal run's summary says "completed"; a signalled one's "stopped".
   eval_only      eval_only=True writes a summary: the losses and the tokens evaluated
                  (it used to be {}), and the console's last line gives them.
@@ -18,6 +20,10 @@
                  later loss and the evaluations are NaN. The log holds no null: the
                  non-finite figures are absent and "non_finite" names them
                  (docs/run-log.md), the NaN steps are bad_step events.
+  mpirun_requeue jobs/common.sh with LLMTRAIN_LAUNCHER=mpirun, 3 s iterations (longer
+                 than Open MPI's 1 s SIGTERM grace): SIGTERM to the job shell ends the
+                 run after the current iteration with a checkpoint and exit 124 (the
+                 code the templates requeue on), as with srun.
 
 Usage: test_run_end.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -33,6 +39,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_common as e  # noqa: E402
 
 case = sys.argv[4]
+
+
+def checkpoint_name(iteration):
+    return f"ckpt_{iteration:08d}.h5"
+
+
 work = e.setup(sys.argv, "run_end_" + case)
 COMMON = ["--eval_iters=1", "--log_interval=1", "--eval_interval=1000"]
 
@@ -73,6 +85,9 @@ elif case == "sigterm_flush":
           f"run log: {n} iterations, events {kinds}")
     assert n >= 4, f"only {n} iterations in the run log\n{rest}"
     assert "signal" in kinds, log["events"]
+    s = log["summary"]
+    assert s.get("status") == "stopped" and s.get("stop_signal") == signal.SIGTERM, s
+    print(f"summary when the ranks were killed: {s}")
 
 elif case == "completed":
     data = e.prepare()
@@ -138,6 +153,41 @@ elif case == "nan_weights":
     assert "final_loss" not in s and "final_loss" in s.get("non_finite", []), s
     print(f"NaN weights: bad steps {bad}; eval_results {log['eval_results']}; summary non_finite {s['non_finite']}")
 
+elif case == "mpirun_requeue":
+    data = e.prepare()
+    script = os.path.join(work, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"""export LLMTRAIN_LAUNCHER=mpirun NTASKS=2 LLMTRAIN_BIN={e.bin_dir} OUT_ROOT={work}
+source {e.source}/jobs/common.sh
+llmtrain_exec {work}/console.log "$LLMTRAIN_BIN/llmtrain" {e.source}/inputs/tiny_llama.cfg --data_dir={data} \\
+  --out_dir={work}/out {e.CPU} --max_iters=100 {' '.join(COMMON)}
+rc=$?
+echo "llmtrain_exec returned $rc"
+exit $rc
+""")
+    env = dict(os.environ, LLMTRAIN_TEST_ITER_SLEEP_MS="3000")
+    p = subprocess.Popen(["bash", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work,
+                         env=env)
+    watchdog = threading.Timer(240, p.kill)
+    watchdog.start()
+    seen = 0
+    for line in p.stdout:
+        if line.startswith("iter "):
+            seen += 1
+            if seen == 2:
+                t0 = time.time()
+                p.send_signal(signal.SIGTERM)  # as Slurm signals the batch shell
+                break
+    rest = p.communicate(timeout=120)[0]
+    watchdog.cancel()
+    with open(e.run_logs("out")[-1]) as f:
+        log = json.load(f)
+    ckpts = sorted(os.listdir(os.path.join(work, "out", "checkpoints")))
+    print(f"SIGTERM to the job shell (mpirun launcher): exit {p.returncode} after {time.time() - t0:.1f} s; "
+          f"checkpoints {ckpts}; summary status {log['summary'].get('status')}")
+    assert p.returncode == 124, f"exit {p.returncode}, expected 124 (requeue)\n{rest}"
+    n = len(log["training_iterations"])
+    assert log["summary"]["status"] == "stopped" and checkpoint_name(n) in ckpts, (n, ckpts, log["summary"])
 else:
     sys.exit(f"unknown case {case}")
 print("PASS")

@@ -11,6 +11,12 @@
 //   LLMTRAIN_TEST_KILL_DURING_SAVE=<rank>:<iter>
 //                                           kill_during_save: that rank SIGKILLs itself half
 //                                           way through writing that iteration's checkpoint
+//   LLMTRAIN_TEST_DISK_FULL_DURING_SAVE=<rank>:<iter>
+//                                           disk_full_during_save: that rank fills the checkpoint
+//                                           directory's file system (a ballast file, written until
+//                                           ENOSPC) after the header of that iteration's checkpoint,
+//                                           before its tensors;
+//                                           the ballast is removed once the save has failed
 #pragma once
 #include <cstdint>
 #include <set>
@@ -22,8 +28,9 @@ enum class Point {
   fail_iteration,    // an exception at the start of an iteration, on one rank
   iteration_sleep,   // every iteration takes `value` ms longer (a slow run)
   kill_during_save,  // SIGKILL half way through a checkpoint's tensors
+  disk_full_during_save,  // the disk fills up during a checkpoint's save (a real ENOSPC)
 };
-constexpr int kNumPoints = 4;
+constexpr int kNumPoints = 5;
 
 // Where a point strikes: on `rank` (-1: every rank) at the listed iterations
 // (empty: every iteration); `value` is the point's argument (iteration_sleep: ms).

@@ -18,6 +18,13 @@
 // checkpoint; a corrupt or missing newest one falls back to the previous with a
 // warning. Because tensors are stored whole, any strategy and world size loads
 // what any other wrote.
+//
+// Every dataset carries the CRC32C of its bytes (attribute crc32c), computed by
+// the writing ranks on the slices they write and combined (core/crc32c.hpp);
+// loading recomputes it on the slices each rank reads and a mismatch makes the
+// file unusable (the previous one is loaded, with a warning). A save that
+// fails on any rank (a full disk) fails on every rank together, after the same
+// collective calls, and leaves nothing behind (CheckpointSaveFailed).
 #pragma once
 #include <mpi.h>
 
@@ -71,7 +78,12 @@ class CheckpointWriter {
   // asynchronous save's snapshot; nothing is collective then).
   CheckpointWriter(CheckpointOps& ops, const Runtime& rt, int64_t iteration);
   void replay(const CheckpointOps& ops);  // makes the recorded calls on this file
-  void close();  // throws when the file's last write-back fails (a full disk)
+  // Collective: combines every rank's slice checksums and writes each dataset's crc32c.
+  void finish();
+  // Collective: closes the file. Returns this rank's first failure ("" = none):
+  // a failed write does not throw, so every rank makes the same collective calls.
+  std::string close();
+  int failure_errno() const;
   std::unique_ptr<File> f_;
   CheckpointOps* record_ = nullptr;
   int rank_, world_size_;
@@ -90,6 +102,10 @@ class CheckpointReader {
   int64_t written_world_size() const;                        // of the run that wrote the file
   int64_t iteration() const;                                 // iterations the file's run had completed
   bool exists(const std::string& object) const;              // a group or dataset: "rng", "model/wte.weight"
+  bool has_attr(const std::string& group, const char* name) const;
+  // CheckpointUnusable naming the file and the attribute when a counter or
+  // size (iteration, world_size, bad_steps, ...) is out of range.
+  void check_metadata() const;
   // CheckpointUnusable "checkpoint '<path>' has no group '<group>'" when it is missing.
   void require_group(const std::string& group) const;
   int64_t attr_i64(const std::string& group, const char* name) const;
@@ -112,6 +128,11 @@ class CheckpointReader {
  private:
   friend class Checkpointer;
   struct File;
+  // Collective, after every part has read: combines every rank's checksums of
+  // what it read and compares them with the datasets' crc32c. Returns the
+  // mismatches (the same on every rank), each naming the file and the dataset;
+  // `unchecked` counts datasets written without a checksum (older files).
+  std::vector<std::string> verify(int64_t& unchecked);
   // collective: every rank opens through MPI-IO; otherwise this rank alone
   // (CheckpointUnusable when the file is missing, not HDF5 or cannot be opened).
   CheckpointReader(const std::string& path, const Runtime& rt, bool collective);
@@ -124,6 +145,17 @@ class CheckpointReader {
 // Stateful::check's verdicts: the file cannot be loaded (truncated, a part
 // missing: the previous checkpoint is tried) ...
 class CheckpointUnusable : public Error {
+ public:
+  using Error::Error;
+};
+// A checksum mismatch found while every rank reads (the previous checkpoint is tried).
+class CheckpointCorrupt : public CheckpointUnusable {
+ public:
+  using CheckpointUnusable::CheckpointUnusable;
+};
+// A save that failed on some rank, thrown on every rank together; the partial
+// file is removed and the previous checkpoints are untouched.
+class CheckpointSaveFailed : public Error {
  public:
   using Error::Error;
 };
@@ -147,6 +179,8 @@ class Stateful {
   virtual void load(CheckpointReader& r) = 0;
   // Collective, once every part is read and the file is closed.
   virtual void finish_load() {}
+  // Bytes this part's datasets take (at least); the free-space check before a save.
+  virtual int64_t size_bytes() const { return 0; }
 };
 
 // Scalars of the run besides the tensors (the trainer's counters).
@@ -160,6 +194,7 @@ struct TrainState {
 struct CheckpointRun {
   std::string strategy;                    // "ddp" | "zero1" | "fsdp"
   nlohmann::json config;                   // every configuration key
+  std::string tokenizer;                   // the data's tokenizer: "byte", "gpt2 <sha256 of its files>"
 };
 
 struct LoadedCheckpoint {
@@ -218,8 +253,12 @@ class Checkpointer {
 
  private:
   void write_header(CheckpointWriter& w) const;
+  void check_free_space(const std::string& final_path, int64_t needed, MPI_Comm comm) const;  // collective
+  std::string kept() const;                                                    // "'<latest>' is kept"
   std::string inspect(const std::string& path) const;  // rank 0's verdict on one file
-  std::string choose(std::string& verdict) const;      // rank 0: the newest loadable file
+  // rank 0: the newest loadable file not in `skip`
+  std::string choose(std::string& verdict, const std::vector<std::string>& skip) const;
+  LoadedCheckpoint load_file(const std::string& path);  // collective; CheckpointCorrupt on a checksum mismatch
   void prune() const;
   // Writes `tmp` (through `write`), then publishes it; every rank returns the same error text.
   std::string write_and_publish(int64_t iteration, MPI_Comm comm, const std::function<void(CheckpointWriter&)>& write);
@@ -237,5 +276,11 @@ class Checkpointer {
 
 // "ckpt_00000120.h5"
 std::string checkpoint_file_name(int64_t iteration);
+
+// One process, no MPI collectives: checks a checkpoint file on its own (the
+// llmtrain-checkpoint app): the header, the root and train_state metadata in
+// range, and every dataset read whole against its crc32c. Returns the problems
+// ("" entries never); `notes` gets what is fine but worth saying (no checksums).
+std::vector<std::string> verify_checkpoint_file(const std::string& path, std::vector<std::string>& notes);
 
 }  // namespace llmtrain

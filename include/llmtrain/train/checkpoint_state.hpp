@@ -3,7 +3,10 @@
 // has the layout). The trainer adds them to its Checkpointer in this order.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include <torch/types.h>
 
@@ -31,6 +34,8 @@ class StrategyCheckpoint : public Stateful {
   void load(CheckpointReader& r) override;
   // The strategy installs what was read (fp32 masters, AdamW state, ZeRO-1's all-gather).
   void finish_load() override;
+  // Weights and both moments, float32.
+  int64_t size_bytes() const override;
 
  private:
   std::vector<ParamSpec> params_;
@@ -95,6 +100,37 @@ class ScheduleCheckpoint : public Stateful {
  private:
   const LrSchedule& schedule_;
 };
+
+// The config the checkpoint's run had (the root's config attribute, written by
+// the Checkpointer), against this run's, before anything is read: a key that
+// shapes the model (the model section: sizes, vocab_size, norm, ...) differs
+// -> CheckpointMismatch naming the key; another tokenizer (the root's
+// tokenizer attribute) -> the same; data_dir differs -> the same unless
+// `resume_allow` names data_dir.
+class ResumeConfigCheck : public Stateful {
+ public:
+  // `allow`: the resume_allow key's text; ConfigError on a word other than data_dir.
+  // `tokenizer`: this run's data's (CheckpointRun::tokenizer); another one is refused
+  // whatever resume_allow says (the token ids would mean other things).
+  ResumeConfigCheck(nlohmann::json now, const std::string& allow, std::string tokenizer);
+  void save(CheckpointWriter&) override {}
+  void check(const CheckpointReader& r) const override;
+  void load(CheckpointReader&) override {}
+
+ private:
+  nlohmann::json now_;
+  bool allow_data_dir_ = false;
+  std::string tokenizer_;
+};
+
+// One key whose value differs from the checkpoint's run and is applied from
+// the resumed iteration on (the optimizer, the schedule, the batch, clipping,
+// block_size, dropout, dtype, max_iters): the run log's resume_changes.
+struct ResumeChange {
+  std::string key;
+  nlohmann::json checkpoint, now;
+};
+std::vector<ResumeChange> resume_changes(const nlohmann::json& checkpoint_config, const nlohmann::json& now);
 
 // Every rank's generator states (/rng/cpu; /rng/cuda on CUDA runs), restored
 // when the world size is the same (bit-exact resume); otherwise random
