@@ -64,7 +64,7 @@ std::string svg_axes(const Frame& f, const std::string& y_label) {
                      f.right) +
          svg_text(f.left - 6, f.py(v) + 4, "end", fmt::format("{:.4g}", v));
   s += svg_text((f.left + f.right) / 2, f.bottom + 36, "middle", "iteration");
-  s += fmt::format(R"(<text transform="translate(14,{:.1f}) rotate(-90)" text-anchor="middle" font-size="12">{}</text>)",
+  s += fmt::format(R"~(<text transform="translate(14,{:.1f}) rotate(-90)" text-anchor="middle" font-size="12">{}</text>)~",
                    (f.top + f.bottom) / 2, html_escape(y_label));
   return s;
 }

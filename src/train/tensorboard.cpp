@@ -237,10 +237,10 @@ class TensorBoardFollower : public RunLogFollower {
     for (const auto& t : tags) {
       const auto it = record.find(t.key);
       if (it == record.end()) continue;
-      if (it->is_number()) writer_.add_scalar(t.tag, step, it->get<double>());
+      if (it->is_number()) writer_.add_scalar(t.tag, step, it->template get<double>());
       if (!it->is_array()) continue;
       for (size_t r = 0; r < it->size(); ++r)
-        if ((*it)[r].is_number()) writer_.add_scalar(fmt::format("{}/rank_{}", t.tag, r), step, (*it)[r].get<double>());
+        if ((*it)[r].is_number()) writer_.add_scalar(fmt::format("{}/rank_{}", t.tag, r), step, (*it)[r].template get<double>());
     }
   }
   // Indented four spaces: a code block in the text plugin's markdown.
