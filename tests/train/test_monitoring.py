@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Monitoring a run (docs/monitoring.md), on a real 2-rank run of build/bin/llmtrain.
+"""Monitoring a run (docs/monitoring.md), on one real 2-rank run of build/bin/llmtrain
+(with tensorboard_dir), checked three ways:
 
   tensorboard  --tensorboard_dir: TensorBoard's own reader (EventAccumulator) finds
                every scalar of every run-log record, at its iteration, with the run
@@ -12,7 +13,8 @@
                can fail.
 
 Runs under the project's Python (LLMTRAIN_PYTHON: tensorboard, wandb, Pillow).
-Usage: test_monitoring.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
+A check whose tool is missing says SKIP and the others run; exit 77 if all skip.
+Usage: test_monitoring.py BUILD_DIR SOURCE_DIR MPIEXEC [CHECK...]   (default: all three)
 """
 import glob
 import json
@@ -25,8 +27,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_common as e  # noqa: E402
 
-case = sys.argv[4]
-work = e.setup(sys.argv, "monitoring_" + case)
+work = e.setup(sys.argv, "monitoring")
 
 # Run-log key -> TensorBoard tag (src/train/tensorboard.cpp's table, as users see it).
 ITERATION_TAGS = {
@@ -39,9 +40,12 @@ ITERATION_TAGS = {
 }
 
 
+class Skip(Exception):
+    pass
+
+
 def skip(why):
-    print(f"SKIP: {why}")
-    sys.exit(77)
+    raise Skip(why)
 
 
 def fail(why):
@@ -52,19 +56,18 @@ def train_with_tensorboard():
     data = e.prepare(n_files=4)
     _, log = e.train(2, data, "out", "--max_iters=8", "--eval_interval=4", "--eval_iters=2", "--log_interval=1",
                      "--peak_tflops=1", "--tensorboard_dir=tb")
-    return log, os.path.join(work, "tb")
+    return log, os.path.join(work, "tb"), e.run_logs("out")[-1]
 
 
 def f32_close(a, b):
     return abs(a - b) <= 1e-6 * max(1.0, abs(b))  # simple_value is a float
 
 
-def check_tensorboard():
+def check_tensorboard(log, tb, run_log):
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     except ImportError as x:
         skip(f"tensorboard is not importable ({x}); scripts/python-env.sh installs it")
-    log, tb = train_with_tensorboard()
     files = glob.glob(os.path.join(tb, "events.out.tfevents.*"))
     if len(files) != 1:
         fail(f"expected one event file in {tb} (rank 0 only), found {files}")
@@ -125,13 +128,11 @@ def wandb_records(path):
             buf = b""
 
 
-def check_wandb():
+def check_wandb(log, tb, run_log):
     try:
         import wandb  # noqa: F401
     except ImportError as x:
         skip(f"wandb is not importable ({x}); scripts/python-env.sh installs it")
-    log, tb = train_with_tensorboard()
-    run_log = e.run_logs("out")[-1]
     env = dict(os.environ, WANDB_MODE="offline", WANDB_DIR=work, WANDB_SILENT="true")
     script = os.path.join(e.source, "scripts", "llmtrain_wandb.py")
     p = subprocess.run([sys.executable, script, run_log, "--tensorboard_dir", tb, "--project", "llmtrain-test"],
@@ -182,13 +183,14 @@ def render(page, png):
     return [line for line in p.stderr.splitlines() if ":CONSOLE" in line]
 
 
-def check_html():
-    from PIL import Image
-    data = e.prepare(n_files=4)
-    _, log = e.train(2, data, "out", "--max_iters=8", "--eval_interval=4", "--eval_iters=2", "--log_interval=1",
-                     "--peak_tflops=1")
+def check_html(log, tb, run_log):
+    try:
+        from PIL import Image
+    except ImportError as x:
+        skip(f"Pillow is not importable ({x}); tensorboard brings it (scripts/python-env.sh)")
+    chromium()
     page = os.path.join(work, "report.html")
-    e.run([os.path.join(e.bin_dir, "llmtrain-report"), e.run_logs("out")[-1], "--html", page])
+    e.run([os.path.join(e.bin_dir, "llmtrain-report"), run_log, "--html", page])
     control = os.path.join(work, "control.html")
     with open(control, "w") as f:
         f.write('<!DOCTYPE html><html><body><p>x</p><script>console.error("llmtrain-control")</script></body></html>')
@@ -207,5 +209,15 @@ def check_html():
           f"no console messages")
 
 
-{"tensorboard": check_tensorboard, "wandb": check_wandb, "html": check_html}[case]()
-print("PASSED")
+CHECKS = {"tensorboard": check_tensorboard, "wandb": check_wandb, "html": check_html}
+run = train_with_tensorboard()
+skipped = []
+for name in sys.argv[4:] or CHECKS:
+    try:
+        CHECKS[name](*run)
+    except Skip as why:
+        print(f"SKIP {name}: {why}")
+        skipped.append(name)
+if len(skipped) == len(sys.argv[4:] or CHECKS):
+    sys.exit(77)
+print("PASSED" + (f" (skipped: {', '.join(skipped)})" if skipped else ""))
