@@ -200,7 +200,8 @@ def check_html(log, tb, run_log):
     if console:
         fail("the page logged to the console:\n" + "\n".join(console))
     img = Image.open(os.path.join(work, "report.png")).convert("RGB")
-    pixels = list(img.getdata())
+    raw = img.tobytes()
+    pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
     ink = sum(1 for px in pixels if px != (255, 255, 255)) / len(pixels)
     blue = sum(1 for r, g, b in pixels if abs(r - 0x1f) < 40 and abs(g - 0x77) < 40 and abs(b - 0xb4) < 40)
     if ink < 0.01 or blue < 50:
