@@ -1,13 +1,17 @@
 // Cost of keeping the run log current: serializing one iteration record
 // (add_iteration, every iteration) and rewriting the whole file atomically
 // (flush, at most every 10 s) for logs of n records. Backs docs/run-log.md's
-// choice of a time floor over a rewrite per iteration.
+// choice of a time floor over a rewrite per iteration. With a TensorBoard
+// follower (tensorboard_dir): the same add_iteration plus the event records of
+// the record's scalars, the per-iteration cost tensorboard_dir adds to a step
+// (docs/monitoring.md).
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
 
 #include "llmtrain/train/metrics.hpp"
 #include "llmtrain/train/run_log.hpp"
+#include "llmtrain/train/tensorboard.hpp"
 
 namespace {
 
@@ -38,6 +42,22 @@ void BM_RunLogAddIteration(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_RunLogAddIteration);
+
+void BM_RunLogAddIterationTensorBoard(benchmark::State& state) {
+  llmtrain::RunLog log(bench_dir(), true);
+  const auto tb = std::filesystem::path(bench_dir()) / "tensorboard";
+  log.add_follower(llmtrain::make_tensorboard_follower(tb.string()));
+  auto rec = sample_record(1);
+  int64_t iter = 0;
+  for (auto _ : state) {
+    rec["iter"] = ++iter;
+    log.add_iteration(rec);
+  }
+  log.flush(/*force=*/true);
+  state.SetItemsProcessed(state.iterations());
+  std::filesystem::remove_all(tb);
+}
+BENCHMARK(BM_RunLogAddIterationTensorBoard);
 
 void BM_RunLogFlush(benchmark::State& state) {
   llmtrain::RunLog log(bench_dir(), true);

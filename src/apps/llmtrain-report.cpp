@@ -1,6 +1,7 @@
 // llmtrain-report: summary, comparison, token-budget and scaling tables over
 // one or many run logs (out_dir/run_*.json); --plot writes PNGs through
-// scripts/llmtrain_plot.py. Exit code 3 when a log fails the self-check.
+// scripts/llmtrain_plot.py; --html writes one self-contained page (SVG plots
+// drawn in C++, train/html_report.hpp). Exit code 3 when a log fails the self-check.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/train/html_report.hpp"
 #include "llmtrain/train/run_log.hpp"
 #include "llmtrain/train/run_log_reader.hpp"
 #include "llmtrain/train/run_report.hpp"
@@ -88,7 +90,7 @@ int main(int argc, char** argv) try {
   std::vector<std::string> logs;
   int64_t warmup = -1;
   double budget = 85e9;
-  std::string plot_dir, plot_script, json_out;
+  std::string plot_dir, plot_script, json_out, html_out;
   po::options_description opts(
       "usage: llmtrain-report RUN_LOG|DIR [...] [options]\n"
       "Summarizes llmtrain run logs (out_dir/run_*.json); figures after warm-up iterations");
@@ -100,6 +102,8 @@ int main(int argc, char** argv) try {
       "token budget for the time-to-train table")("scaling", "print the weak/strong scaling table")(
       "plot", po::value<std::string>(&plot_dir), "write PNGs (loss, MFU, tokens/s; scaling) to this directory")(
       "plot-script", po::value<std::string>(&plot_script), "path of llmtrain_plot.py")(
+      "html", po::value<std::string>(&html_out),
+      "write one self-contained HTML page (run table, predicted vs measured, loss/MFU/tokens/s plots) to this file")(
       "json", po::value<std::string>(&json_out), "also write the summaries as JSON to this file");
   po::options_description hidden;
   hidden.add_options()("logs", po::value<std::vector<std::string>>(&logs));
@@ -117,7 +121,11 @@ int main(int argc, char** argv) try {
   if (budget <= 0) throw llmtrain::Error(fmt::format("--tokens must be positive, got {}", budget));
 
   std::vector<llmtrain::RunSummary> runs;
-  for (const auto& p : llmtrain::expand_run_logs(logs, /*recursive=*/false)) runs.push_back(llmtrain::read_run_log(p, warmup));
+  std::vector<llmtrain::RunLogData> datas;
+  for (const auto& p : llmtrain::expand_run_logs(logs, /*recursive=*/false)) {
+    datas.push_back(llmtrain::load_run_log(p));
+    runs.push_back(llmtrain::summarize_run_log(datas.back(), warmup));
+  }
 
   std::cout << "runs:\n";
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -148,6 +156,10 @@ int main(int argc, char** argv) try {
     }
   }
 
+  if (!html_out.empty()) {
+    llmtrain::write_file_atomic(html_out, llmtrain::format_html_report(runs, datas));
+    std::cout << "\nwrote " << html_out << "\n";
+  }
   if (!json_out.empty() || !plot_dir.empty()) {
     nlohmann::json out;
     out["token_budget"] = budget;

@@ -42,18 +42,59 @@ ProgressBar::Mode ProgressBar::detect_mode() {
 }
 
 ProgressBar::ProgressBar(int64_t start_iter, int64_t end_iter, Mode mode, std::FILE* out, double file_interval_s,
-                         int width)
+                         int width, double long_step_s)
     : start_(start_iter),
       end_(std::max(start_iter, end_iter)),
       mode_(out ? mode : Mode::off),
       out_(out),
       file_interval_s_(file_interval_s),
       width_(std::max(width, 1)),
-      t0_(std::chrono::steady_clock::now()) {}
+      t0_(std::chrono::steady_clock::now()),
+      long_step_s_(long_step_s) {
+  if (mode_ == Mode::terminal) ticker_ = std::thread([this] { tick_loop(); });
+}
 
 ProgressBar::~ProgressBar() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
   // Leave the terminal on a fresh line; the final line is finish()'s job.
   if (mode_ == Mode::terminal && bar_visible_) write("\n");
+}
+
+void ProgressBar::step_started(int64_t iter) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_iter_ = iter;
+  step_t0_ = std::chrono::steady_clock::now();
+}
+
+// Every second: a step in flight for long_step_s or more redraws the bar with its time.
+void ProgressBar::tick_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!wake_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
+    if (step_iter_ < 0 || finished_) continue;
+    const auto now = std::chrono::steady_clock::now();
+    const double step_s = std::chrono::duration<double>(now - step_t0_).count();
+    if (step_s < long_step_s_) continue;
+    const double elapsed = std::chrono::duration<double>(now - t0_).count();
+    write("\r\033[K" + render_in_step(last_done_ >= 0 ? last_done_ : start_, elapsed, step_iter_, step_s));
+    bar_visible_ = true;
+  }
+}
+
+std::string ProgressBar::eta(int64_t done_iter) const {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  const int64_t done = std::clamp<int64_t>(done_iter - start_, 0, end_ - start_);
+  if (done >= end_ - start_) return format_duration(0.0);
+  return format_duration(done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(end_ - start_ - done)
+                                  : -1.0);
+}
+
+std::string ProgressBar::render_in_step(int64_t done_iter, double elapsed_s, int64_t iter, double step_s) const {
+  return render(done_iter, elapsed_s) + fmt::format(" | iter {} running {}", iter, format_duration(step_s));
 }
 
 std::string ProgressBar::render(int64_t done_iter, double elapsed_s) const {
@@ -78,6 +119,8 @@ void ProgressBar::update(int64_t done_iter) {
 }
 
 void ProgressBar::update_at(int64_t done_iter, double elapsed_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_iter_ = -1;
   if (mode_ == Mode::off || finished_) return;
   last_done_ = done_iter;
   last_elapsed_s_ = elapsed_s;
@@ -95,6 +138,7 @@ void ProgressBar::update_at(int64_t done_iter, double elapsed_s) {
 }
 
 void ProgressBar::print_line(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (mode_ == Mode::off) return;
   if (mode_ == Mode::terminal && bar_visible_) {
     write("\r\033[K" + line + "\n");
@@ -105,6 +149,7 @@ void ProgressBar::print_line(const std::string& line) {
 }
 
 void ProgressBar::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (mode_ == Mode::off || finished_) return;
   const int64_t done = last_done_ >= 0 ? last_done_ : start_;
   if (mode_ == Mode::terminal) {

@@ -303,9 +303,16 @@ size_t RunLog::num_iterations() const {
   return num_iterations_;
 }
 
+void RunLog::add_follower(std::unique_ptr<RunLogFollower> follower) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (enabled_) followers_.push_back(std::move(follower));
+}
+
 void RunLog::set_startup_info(nlohmann::json startup_info) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) startup_info_ = std::move(startup_info);
+  if (!enabled_) return;
+  startup_info_ = std::move(startup_info);
+  for (auto& f : followers_) f->on_startup(startup_info_);
 }
 
 void RunLog::add_iteration(const nlohmann::json& record) {
@@ -314,11 +321,14 @@ void RunLog::add_iteration(const nlohmann::json& record) {
   iterations_text_ += num_iterations_ == 0 ? "\n    " : ",\n    ";
   iterations_text_ += has_non_finite(record) ? finite_only(record).dump() : record.dump();
   ++num_iterations_;
+  for (auto& f : followers_) f->on_iteration(record);
 }
 
 void RunLog::add_eval(const nlohmann::json& result) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) eval_results_.push_back(finite_only(result));
+  if (!enabled_) return;
+  eval_results_.push_back(finite_only(result));
+  for (auto& f : followers_) f->on_eval(eval_results_.back());
 }
 
 void RunLog::add_error(const std::string& message) {
@@ -338,7 +348,9 @@ void RunLog::add_event(const nlohmann::json& record) {
 
 void RunLog::set_summary(nlohmann::json summary) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (enabled_) summary_ = finite_only(std::move(summary));
+  if (!enabled_) return;
+  summary_ = finite_only(std::move(summary));
+  for (auto& f : followers_) f->on_summary(summary_);
 }
 
 void RunLog::record_failure(int rank, const std::string& message) {
@@ -391,6 +403,7 @@ bool RunLog::flush_locked(bool force) {
   text += "  \"events\": " + events_.dump() + ",\n";
   text += "  \"summary\": " + summary_.dump(2) + "\n}\n";
   write_file_atomic(path_, text);
+  for (auto& f : followers_) f->flush();
   last_flush_ = now;
   flushed_once_ = true;
   return true;

@@ -34,6 +34,7 @@
 #include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
 #include "llmtrain/core/progress.hpp"      // defines: ProgressBar
 #include "llmtrain/train/run_log.hpp"       // defines: RunLog, start-up block
+#include "llmtrain/train/tensorboard.hpp"   // defines: make_tensorboard_follower
 #include "llmtrain/train/schedule.hpp"      // defines: LrSchedule
 
 namespace llmtrain {
@@ -155,6 +156,8 @@ struct Trainer::Impl {
     env.parallelism = fmt::format("{} over {} ({} B optimizer state on rank 0)", strategy->name(), comm->name(),
                                   strategy->optimizer_state_bytes());
     run_log = std::make_unique<RunLog>(cfg.out_dir, rt.is_root());
+    if (!cfg.tensorboard_dir.empty() && rt.is_root())
+      run_log->add_follower(make_tensorboard_follower(cfg.tensorboard_dir));
     auto startup = make_startup_info(cfg, mcfg, env, setup);
     if (resumed)
       startup["resumed_from"] = {{"checkpoint", resumed->path},
@@ -657,12 +660,14 @@ TrainResult Trainer::run_loop() {
   TrainResult result;
   Console console(m.state.iteration, cfg.max_iters);
   for (int64_t iter = m.state.iteration; iter < cfg.max_iters; ++iter) {
+    console.bar().step_started(iter);                         // a long step shows its time on a terminal
     const IterationMetrics it = m.train_step(iter);
     m.state.iteration = iter + 1;
     m.record_iteration(it);                                   // run log, self-check failures
     m.count_bad_step(it);                                     // max_bad_steps in a row end the run
     const bool last = iter + 1 == cfg.max_iters;
-    if (iter % cfg.log_interval == 0 || last) console.say(format_iteration_line(it, cfg.max_iters));
+    if (iter % cfg.log_interval == 0 || last)
+      console.say(format_iteration_line(it, cfg.max_iters) + " | ETA " + console.bar().eta(iter + 1));
     console.bar().update(iter + 1);
     if ((iter + 1) % cfg.eval_interval == 0 || last)
       m.evaluate_and_checkpoint(result, console);             // checkpoint when val improved

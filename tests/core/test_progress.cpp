@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/progress.hpp"
@@ -108,4 +109,37 @@ TEST(Progress, ModeUnderLaunchersIsFile) {
             M::terminal);
   EXPECT_EQ(ProgressBar::choose_mode(true, false, env({{"LLMTRAIN_PROGRESS", "off"}})), M::off);
   EXPECT_THROW(ProgressBar::choose_mode(true, false, env({{"LLMTRAIN_PROGRESS", "fancy"}})), llmtrain::ConfigError);
+}
+
+TEST(Progress, LongStepShowsItsTimeOnATerminal) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  {
+    // long_step_s = 0: the ticker redraws within a second of the step's start.
+    ProgressBar bar(0, 10, ProgressBar::Mode::terminal, f, 10.0, 10, /*long_step_s=*/0.0);
+    bar.update_at(3, 3.0);
+    bar.step_started(3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    bar.update_at(4, 6.0);
+    bar.finish();
+  }
+  const auto out = read_all(f);
+  std::fclose(f);
+  EXPECT_NE(out.find("3/10 30.0%"), std::string::npos) << out;
+  EXPECT_NE(out.find(" | iter 3 running 00:00:0"), std::string::npos) << out;
+  // Steps shorter than long_step_s, and files (Slurm), never get the ticker's line.
+  std::FILE* g = std::tmpfile();
+  {
+    ProgressBar bar(0, 10, ProgressBar::Mode::file, g, 10.0, 10, 0.0);
+    bar.step_started(0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    bar.update_at(1, 1.2);
+  }
+  EXPECT_EQ(read_all(g).find("running"), std::string::npos);
+  std::fclose(g);
+  ProgressBar quiet(0, 10, ProgressBar::Mode::off, nullptr);
+  EXPECT_EQ(quiet.render_in_step(5, 10.0, 5, 7.0),
+            quiet.render(5, 10.0) + " | iter 5 running 00:00:07");
+  EXPECT_EQ(quiet.eta(10), "00:00:00");
+  EXPECT_EQ(quiet.eta(0), "--:--:--");
 }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -15,8 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "run_command.hpp"
+#include "llmtrain/train/html_report.hpp"
 #include "llmtrain/train/run_log.hpp"
 #include "llmtrain/train/run_report.hpp"
+#include "llmtrain/train/tensorboard.hpp"
 #include "test_util.hpp"
 
 using namespace llmtrain;
@@ -200,4 +203,100 @@ TEST(ReportTool, TablesExitCodesAndPlots) {
     EXPECT_EQ(std::string(sig + 1, 3), "PNG");
   }
   EXPECT_TRUE(fs::exists(out / "report.json"));
+}
+
+// ---- TensorBoard event files (tests/train/test_monitoring.py reads them with TensorBoard's own reader)
+
+TEST(TensorBoard, Crc32cKnownValues) {
+  // RFC 3720 B.4 and the usual check value of CRC-32C.
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  const std::string zeros(32, '\0');
+  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
+  const uint32_t c = 0xE3069283u;
+  EXPECT_EQ(masked_crc32c("123456789", 9), ((c >> 15) | (c << 17)) + 0xA282EAD8u);
+}
+
+TEST(TensorBoard, RecordsAreFramedAndChecksummed) {
+  const auto dir = llmtrain::testing::scratch_dir("tensorboard-records");
+  fs::remove_all(dir);
+  std::string path;
+  {
+    EventFileWriter w(dir.string());
+    w.add_scalar("loss/train", 7, 2.5);
+    w.add_text("config", 0, "block_size: 64");
+    w.flush();
+    path = w.path();
+  }
+  EXPECT_NE(fs::path(path).filename().string().find("events.out.tfevents."), std::string::npos);
+  std::ifstream f(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> records;
+  for (size_t at = 0; at < bytes.size();) {
+    ASSERT_LE(at + 12, bytes.size());
+    uint64_t n;
+    uint32_t len_crc, data_crc;
+    std::memcpy(&n, bytes.data() + at, 8);
+    std::memcpy(&len_crc, bytes.data() + at + 8, 4);
+    ASSERT_EQ(len_crc, masked_crc32c(bytes.data() + at, 8));
+    ASSERT_LE(at + 16 + n, bytes.size());
+    std::memcpy(&data_crc, bytes.data() + at + 12 + n, 4);
+    ASSERT_EQ(data_crc, masked_crc32c(bytes.data() + at + 12, n));
+    records.push_back(bytes.substr(at + 12, n));
+    at += 16 + n;
+  }
+  ASSERT_EQ(records.size(), 3u);  // file_version, the scalar, the text
+  EXPECT_NE(records[0].find("brain.Event:2"), std::string::npos);
+  const float v = 2.5f;
+  EXPECT_NE(records[1].find("loss/train"), std::string::npos);
+  EXPECT_NE(records[1].find(std::string("\x15") + std::string(reinterpret_cast<const char*>(&v), 4)), std::string::npos);
+  EXPECT_NE(records[2].find("block_size: 64"), std::string::npos);
+  EXPECT_NE(records[2].find("text"), std::string::npos);
+}
+
+TEST(TensorBoard, UnwritableDirectoryIsNamed) {
+  try {
+    EventFileWriter w("/proc/llmtrain-no-such-dir/tb");
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("tensorboard_dir '/proc/llmtrain-no-such-dir/tb'"), std::string::npos)
+        << e.what();
+  }
+}
+
+// ---- llmtrain-report --html (tests/train/test_monitoring.py opens it in headless Chromium)
+
+TEST(HtmlReport, PageHoldsTablesAndPlotsAndNothingExternal) {
+  std::vector<RunLogData> logs;
+  std::vector<RunSummary> runs;
+  for (const char* f : {"run_1gpu.json", "run_8gpu_strong.json"}) {
+    logs.push_back(load_run_log(fixture(f)));
+    runs.push_back(summarize_run_log(logs.back(), -1));
+  }
+  logs[1].startup_info["prediction"] = {{"step_ms", 1000.0}};
+  const std::string page = format_html_report(runs, logs);
+  size_t svgs = 0;
+  for (size_t at = page.find("<svg"); at != std::string::npos; at = page.find("<svg", at + 1)) ++svgs;
+  EXPECT_EQ(svgs, 3u);
+  EXPECT_NE(page.find("<polyline"), std::string::npos);
+  EXPECT_NE(page.find("37.07"), std::string::npos);  // run_1gpu's MFU, as the text table
+  EXPECT_NE(page.find("none (the run log has no prediction)"), std::string::npos);
+  EXPECT_NE(page.find("<td>1000.0</td>"), std::string::npos);
+  for (const char* external : {"<script", "src=", "href=", "@import", "url("})
+    EXPECT_EQ(page.find(external), std::string::npos) << external;
+  EXPECT_NE(svg_line_plot("t", "y", {}).find("no data"), std::string::npos);
+  EXPECT_EQ(html_escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+}
+
+TEST(ReportTool, HtmlPage) {
+  if (!fs::exists(report_bin())) GTEST_SKIP() << report_bin() << " not built";
+  const auto out = llmtrain::testing::scratch_dir("metrics-report-html") / "report.html";
+  fs::remove_all(out.parent_path());
+  fs::create_directories(out.parent_path());
+  const auto r = run(report_bin() + " " + fixture("run_1gpu.json") + " --html " + out.string());
+  EXPECT_EQ(r.rc, 0) << r.out;
+  ASSERT_TRUE(fs::exists(out)) << r.out;
+  std::ifstream f(out);
+  const std::string page((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(page.find("</html>"), std::string::npos);
 }

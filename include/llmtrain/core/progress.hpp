@@ -1,11 +1,16 @@
 // Progress bar with it/s and ETA: redrawn in place on a terminal, plain
 // periodic lines when stdout is a file (as under Slurm), silent off rank 0.
+// On a terminal, a step that runs `long_step_s` or more shows its running time
+// inside the step (a ticker thread redraws the bar every second).
 #pragma once
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace llmtrain {
 
@@ -22,8 +27,17 @@ class ProgressBar {
   // Iterations [start_iter, end_iter). In file mode a line is written at most
   // every `file_interval_s` seconds (and at the end).
   ProgressBar(int64_t start_iter, int64_t end_iter, Mode mode, std::FILE* out = stdout,
-              double file_interval_s = 30.0, int width = 30);
+              double file_interval_s = 30.0, int width = 30, double long_step_s = 5.0);
   ~ProgressBar();
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
+
+  // Iteration `iter` starts now (terminal mode: the ticker times it; update() ends it).
+  void step_started(int64_t iter);
+  // "00:26:14": the time left at the wall clock's rate so far (the log_interval line's ETA).
+  std::string eta(int64_t done_iter) const;
+  // The bar with a step in flight: render(...) + " | iter 12 running 00:00:07".
+  std::string render_in_step(int64_t done_iter, double elapsed_s, int64_t iter, double step_s) const;
 
   // `done_iter` iterations completed (absolute index + 1). Uses the wall clock.
   void update(int64_t done_iter);
@@ -41,6 +55,7 @@ class ProgressBar {
 
  private:
   void write(const std::string& s);
+  void tick_loop();
   int64_t start_, end_;
   Mode mode_;
   std::FILE* out_;
@@ -52,6 +67,14 @@ class ProgressBar {
   double last_elapsed_s_ = 0.0;
   bool bar_visible_ = false;
   bool finished_ = false;
+  // Terminal mode: the ticker thread and the step it times (under mu_).
+  double long_step_s_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  int64_t step_iter_ = -1;  // -1: no step in flight
+  std::chrono::steady_clock::time_point step_t0_{};
+  std::thread ticker_;
 };
 
 // "01:02:03" (or "3d 01:02:03"); "--:--:--" for a non-finite or negative value.

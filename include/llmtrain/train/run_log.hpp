@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -53,6 +54,18 @@ nlohmann::json make_startup_info(const Config& config, const ModelConfig& model,
 std::string format_startup_block(const Config& config, const ModelConfig& model,
                                  const RunEnvironment& env, const MetricsSetup& metrics);
 
+// Takes the run log's records as they are added, on rank 0, beside the file:
+// the TensorBoard writer (train/tensorboard.hpp). Called under the RunLog's lock.
+class RunLogFollower {
+ public:
+  virtual ~RunLogFollower() = default;
+  virtual void on_startup(const nlohmann::json& startup_info) = 0;
+  virtual void on_iteration(const nlohmann::json& record) = 0;
+  virtual void on_eval(const nlohmann::json& result) = 0;
+  virtual void on_summary(const nlohmann::json& summary) = 0;
+  virtual void flush() = 0;  // with every write of the run log's file
+};
+
 // Thread-safe: the training thread adds records while a listener thread may
 // record a failure on another rank or flush on a stop signal (the RunObserver
 // the trainer gives the Runtime).
@@ -64,6 +77,8 @@ class RunLog : public RunObserver {
   // this are skipped unless forced (bounds the cost of rewriting a long log).
   RunLog(const std::string& out_dir, bool enabled, double min_flush_seconds = 10.0);
 
+  // Every record from now on also goes to `follower` (no-op where not enabled).
+  void add_follower(std::unique_ptr<RunLogFollower> follower);
   void set_startup_info(nlohmann::json startup_info);
   void add_iteration(const nlohmann::json& record);   // a training_iterations[] entry
   void add_eval(const nlohmann::json& result);        // an eval_results[] entry
@@ -105,6 +120,7 @@ class RunLog : public RunObserver {
   nlohmann::json checkpoints_ = nlohmann::json::array();
   nlohmann::json events_ = nlohmann::json::array();
   nlohmann::json summary_ = nlohmann::json::object();
+  std::vector<std::unique_ptr<RunLogFollower>> followers_;
   std::chrono::steady_clock::time_point last_flush_{};
   bool flushed_once_ = false;
 };
