@@ -180,8 +180,8 @@ std::string svg_line_plot(const std::string& title, const std::string& y_label, 
 }
 
 double predicted_step_ms(const RunLogData& log) {
-  const auto* p = log.startup({"prediction", "step_ms"});
-  return p && p->is_number() ? p->get<double>() : -1.0;
+  const auto* p = log.startup({"prediction", "step_time_s"});  // docs/performance-model.md
+  return p && p->is_number() ? p->get<double>() * 1e3 : -1.0;
 }
 
 std::string format_html_report(const std::vector<RunSummary>& runs, const std::vector<RunLogData>& logs) {

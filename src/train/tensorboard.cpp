@@ -187,7 +187,6 @@ constexpr ScalarTag kIterationTags[] = {
     {"communication_ms", "step_time/communication_ms"},
     {"optimizer_ms", "step_time/optimizer_ms"},
     {"other_ms", "step_time/other_ms"},
-    {"predicted_step_ms", "step_time/predicted_ms"},
     {"memory_allocated_gb", "memory/allocated_gb"},
     {"memory_peak_gb", "memory/peak_gb"},
     {"memory_reserved_gb", "memory/reserved_gb"},
@@ -200,18 +199,27 @@ constexpr ScalarTag kEvalTags[] = {
 };
 
 class TensorBoardFollower : public RunLogFollower {
+  double predicted_ms_ = -1;  // startup_info.prediction.step_time_s in ms (none: -1)
+
  public:
   explicit TensorBoardFollower(const std::string& dir) : writer_(dir) {}
 
   void on_startup(const nlohmann::json& info) override {
     guard([&] {
       if (info.contains("config")) writer_.add_text("config", 0, as_markdown_code(info["config"].dump(2)));
+      // The performance model's step time (docs/performance-model.md), beside each measured one.
+      if (const auto p = info.find("prediction"); p != info.end() && p->is_object() && p->contains("step_time_s") &&
+                                                   (*p)["step_time_s"].is_number())
+        predicted_ms_ = (*p)["step_time_s"].get<double>() * 1e3;
       writer_.add_text("startup_info", 0, as_markdown_code(info.dump(2)));
       writer_.flush();
     });
   }
   void on_iteration(const nlohmann::json& record) override {
-    guard([&] { write_scalars(kIterationTags, record); });
+    guard([&] {
+      write_scalars(kIterationTags, record);
+      if (predicted_ms_ > 0) writer_.add_scalar("step_time/predicted_ms", record.value("iter", last_step_), predicted_ms_);
+    });
   }
   void on_eval(const nlohmann::json& result) override {
     guard([&] {

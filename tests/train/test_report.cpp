@@ -272,7 +272,7 @@ TEST(HtmlReport, PageHoldsTablesAndPlotsAndNothingExternal) {
     logs.push_back(load_run_log(fixture(f)));
     runs.push_back(summarize_run_log(logs.back(), -1));
   }
-  logs[1].startup_info["prediction"] = {{"step_ms", 1000.0}};
+  logs[1].startup_info["prediction"] = {{"step_time_s", 1.0}};
   const std::string page = format_html_report(runs, logs);
   size_t svgs = 0;
   for (size_t at = page.find("<svg"); at != std::string::npos; at = page.find("<svg", at + 1)) ++svgs;
