@@ -11,6 +11,7 @@
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/train/precision.hpp"
 #include "model/layers.hpp"
@@ -428,4 +429,29 @@ TEST(ActivationCheckpointing, SelectiveRecomputesEveryKthBlock) {
   EXPECT_EQ(m.recomputed_blocks(), 7);
   m.checkpointing = llmtrain::ActivationCheckpointing::none;
   EXPECT_EQ(m.recomputed_blocks(), 0);
+}
+
+// The activation account follows the mode: a recomputed block keeps its fp32
+// (B, T, C) input instead of its activations, and one block's come back.
+TEST(ActivationCheckpointing, ActivationBytesCountTheKeptInputs) {
+  using llmtrain::ActivationCheckpointing;
+  ModelConfig m = tiny_llama();
+  m.n_layer = 6;
+  auto bytes = [&](ActivationCheckpointing mode, int64_t every) {
+    m.checkpointing = mode;
+    m.checkpoint_every = every;
+    return llmtrain::activation_bytes(m, llmtrain::ComputeDtype::bfloat16, 4, llmtrain::AttentionBackend::sdpa);
+  };
+  const double none = bytes(ActivationCheckpointing::none, 2), full = bytes(ActivationCheckpointing::full, 2);
+  const double every2 = bytes(ActivationCheckpointing::selective, 2);
+  const double every3 = bytes(ActivationCheckpointing::selective, 3);
+  EXPECT_LT(full, every3);
+  EXPECT_LT(every2, every3);
+  EXPECT_LT(every3, none);
+  // With L = 6: every3 recomputes 2 blocks, every2 3; a recomputed block trades
+  // its activations (a) for its input (i), plus one block's a during backward:
+  // none - every3 = 2a - 2i - a, every3 - every2 = a - i.
+  const double input = 4.0 * m.block_size * m.n_embd * 4;  // (B, T, C) fp32, B = 4
+  EXPECT_NEAR((every3 - every2) - (none - every3), input, 1e-6 * input);
+  EXPECT_NEAR(bytes(ActivationCheckpointing::selective, 1), full, 1e-6);
 }
