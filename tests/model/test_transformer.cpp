@@ -370,6 +370,15 @@ double max_diff(const Grads& a, const Grads& b) {
   return d;
 }
 
+// The largest difference of one parameter's gradient relative to b's largest element.
+double max_rel_diff(const Grads& a, const Grads& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    d = std::max(d, (a.grads[i] - b.grads[i]).abs().max().item<double>() /
+                        std::max(b.grads[i].abs().max().item<double>(), 1e-30));
+  return d;
+}
+
 }  // namespace
 
 // full and selective recompute give every parameter the gradient of none
@@ -409,7 +418,7 @@ TEST(ActivationCheckpointing, RecomputeKeepsTheAutocastDtype) {
   const auto full = one_step(cfg, llmtrain::ActivationCheckpointing::full, true);
   const auto fp32 = one_step(cfg, llmtrain::ActivationCheckpointing::none, false);
   EXPECT_LE(max_diff(full, none), 1e-6);
-  EXPECT_GT(max_diff(fp32, none), 1e-4);
+  EXPECT_GT(max_rel_diff(fp32, none), 1e-3);  // bf16 rounding: what a recompute in fp32 would show
 }
 
 // selective recomputes blocks k-1, 2k-1, ...; full all of them.
