@@ -505,7 +505,7 @@ TEST(Strategy, ActivationCheckpointingKeepsEveryGradientForEachFamilyAndStrategy
           largest = std::max(largest, none[i].abs().max().item<double>());
           EXPECT_LE((got[i] - none[i]).abs().max().item<double>(), 1e-6) << "slice " << i;
         }
-        EXPECT_GT(largest, 1e-4);  // gradients arrived
+        if (!none.empty()) EXPECT_GT(largest, 1e-4);  // gradients arrived (DDP: rank 0 saves whole tensors)
       }
     }
   }
