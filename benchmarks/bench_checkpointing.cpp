@@ -128,6 +128,7 @@ void run_preset(const std::string& path, int rounds) {
                 static_cast<long long>(m.n_layer), median(c.ms), 100.0 * (median(c.ms) / none_ms - 1.0),
                 c.peak_bytes / mib, act / mib);
   }
+  std::fflush(stdout);
 }
 
 }  // namespace
