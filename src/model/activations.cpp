@@ -20,14 +20,21 @@ double activation_bytes(const ModelConfig& m, ComputeDtype dtype, int64_t batch_
   double per_token_layer = 4 * C + (H + 2 * K) * D + (H + K) * D + H * D;
   if (m.qk_norm) per_token_layer += (H + K) * D;
   per_token_layer += m.ffn == FfnKind::swiglu ? 4 * F : 2 * F;
-  double bytes = m.n_layer * tokens * per_token_layer * e;
+  double layer = tokens * per_token_layer * e;
   // The manual backend stores the (T, T) softmax probabilities of every head
   // (and its dropout mask); fused kernels keep only a log-sum-exp per row.
   if (attention == AttentionBackend::manual) {
-    bytes += m.n_layer * tokens * H * T * e * (m.dropout > 0 ? 2.0 : 1.0);
+    layer += tokens * H * T * e * (m.dropout > 0 ? 2.0 : 1.0);
   } else {
-    bytes += m.n_layer * tokens * H * 4.0;
+    layer += tokens * H * 4.0;
   }
+  // Activation checkpointing: a recomputed block keeps only its input, the
+  // (B, T, C) residual stream, which stays in the parameters' dtype (fp32:
+  // the embedding and the residual adds are not autocast). During backward one
+  // recomputed block's activations exist again, one block at a time.
+  const double recomputed = static_cast<double>(m.recomputed_blocks());
+  double bytes = (m.n_layer - recomputed) * layer + recomputed * tokens * C * 4.0;
+  if (recomputed > 0) bytes += layer;
   // Embedding output and final norm (compute dtype), logits in the compute dtype
   // plus their fp32 log-softmax for the loss.
   bytes += tokens * 3 * C * e + tokens * m.padded_vocab * (e + 4.0);

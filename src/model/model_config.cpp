@@ -58,7 +58,24 @@ ModelConfig ModelConfig::from_config(const Config& c, int64_t data_vocab_size) {
   m.norm_eps = c.norm_eps;
   m.dropout = c.dropout;
   m.fused_loss = c.compile;
+  m.checkpointing = c.activation_checkpointing;
+  m.checkpoint_every = c.activation_checkpointing_every;
   return m;
+}
+
+bool ModelConfig::recomputes_block(int64_t i) const {
+  switch (checkpointing) {
+    case ActivationCheckpointing::none: return false;
+    case ActivationCheckpointing::full: return true;
+    case ActivationCheckpointing::selective: return (i + 1) % checkpoint_every == 0;
+  }
+  return false;
+}
+
+int64_t ModelConfig::recomputed_blocks() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < n_layer; ++i) n += recomputes_block(i) ? 1 : 0;
+  return n;
 }
 
 std::string ModelConfig::arch_string() const {

@@ -9,6 +9,7 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/model/params.hpp"
+#include "model/checkpoint.hpp"
 #include "model/fused_loss.hpp"
 #include "model/layers.hpp"
 
@@ -83,19 +84,26 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& idx) {
   auto x = p.wte(idx);  // (B, T, C)
   if (p.wpe) x = x + p.wpe->weight.narrow(0, 0, T);  // positions 0..T-1: (T, C) broadcast
   if (cfg_.dropout > 0 && is_training()) x = at::dropout(x, cfg_.dropout, true);
-  // Buffers follow .to(device); the cached tables are passed down, never rebuilt.
-  auto cos = p.rope_cos, sin = p.rope_sin;
-  if (!p.hooks) {
-    for (auto& block : p.h) x = block(x, cos, sin, p.causal_mask);
-  } else {
-    for (size_t i = 0; i < p.h.size(); ++i) {
-      auto& block = p.h[i];
-      x = p.hooks->run_block(static_cast<int64_t>(i), x, [&](const torch::Tensor& in) {
-        return block(in, cos, sin, p.causal_mask);
-      });
-    }
+  for (size_t i = 0; i < p.h.size(); ++i) {
+    const auto body = block_body(static_cast<int64_t>(i));
+    x = p.hooks ? p.hooks->run_block(static_cast<int64_t>(i), x, body) : body(x);
   }
   return p.ln_f(x);
+}
+
+// Block i as a function of its input. A recomputed block (activation
+// checkpointing) keeps only its input; inside FSDP's hooks the recompute runs
+// between their gather (before the block's backward) and their reduce-scatter
+// (after it), so it reads gathered parameters. The body holds the block and the
+// cached tables by value: backward calls it after hidden() has returned.
+std::function<torch::Tensor(const torch::Tensor&)> TransformerImpl::block_body(int64_t i) {
+  auto& p = *parts_;
+  std::function<torch::Tensor(const torch::Tensor&)> plain =
+      [block = p.h.at(static_cast<size_t>(i)), cos = p.rope_cos, sin = p.rope_sin,
+       mask = p.causal_mask](const torch::Tensor& in) mutable { return block(in, cos, sin, mask); };
+  if (!cfg_.recomputes_block(i)) return plain;
+  const bool random = cfg_.dropout > 0 && is_training();
+  return [plain, random](const torch::Tensor& in) { return model_detail::recompute_in_backward(plain, in, random); };
 }
 
 torch::Tensor TransformerImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {

@@ -61,6 +61,9 @@ std::string config_label(const Config& c, const std::string& backend_used) {
   if (c.compile) s += "+compile";
   if (c.use_dataloader) s += "+dataloader";
   if (c.use_cuda_graphs) s += "+cuda_graphs";
+  if (c.activation_checkpointing == ActivationCheckpointing::full) s += "+ac_full";
+  if (c.activation_checkpointing == ActivationCheckpointing::selective)
+    s += fmt::format("+ac_every{}", c.activation_checkpointing_every);
   if (c.strategy() != StrategyKind::ddp) s += std::string("+") + to_string(c.strategy());
   return s;
 }

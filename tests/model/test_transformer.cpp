@@ -3,12 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <set>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/transformer.hpp"
+#include "llmtrain/train/precision.hpp"
 #include "model/layers.hpp"
 
 using llmtrain::Config;
@@ -311,4 +316,152 @@ TEST(Transformer, DropoutTrainsAndIsOffInEval) {
   model->loss(x, x).backward();
   model->eval();
   EXPECT_TRUE(torch::equal(model->forward(x), model->forward(x)));
+}
+
+// ---- activation checkpointing ---------------------------------------------------
+
+namespace {
+
+// Nodes named `name` in the graph behind `t` (each counted once).
+int count_nodes(const torch::Tensor& t, const std::string& name) {
+  std::vector<torch::autograd::Node*> stack = {t.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  int n = 0;
+  while (!stack.empty()) {
+    auto* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    if (node->name() == name) ++n;
+    for (const auto& e : node->next_edges()) stack.push_back(e.function.get());
+  }
+  return n;
+}
+
+struct Grads {
+  double loss = 0;
+  std::vector<torch::Tensor> grads;  // every parameter's, in named order
+  int recompute_nodes = 0;
+};
+
+// One forward and backward of `cfg` (seed-fixed weights, batch and dropout draws).
+Grads one_step(ModelConfig cfg, llmtrain::ActivationCheckpointing mode, bool bf16_autocast = false) {
+  cfg.checkpointing = mode;
+  Transformer model(cfg);
+  model->init_weights(3);
+  auto x = random_tokens(2, 24, cfg.vocab_size, 21), y = random_tokens(2, 24, cfg.vocab_size, 22);
+  torch::manual_seed(99);  // the dropout draws
+  torch::Tensor loss;
+  {
+    std::optional<llmtrain::AutocastGuard> autocast;
+    if (bf16_autocast) autocast.emplace(torch::kCPU, torch::kBFloat16);
+    loss = model->loss(x, y);
+  }
+  Grads g;
+  g.recompute_nodes = count_nodes(loss, "llmtrain::RecomputeBackward");
+  loss.backward();
+  g.loss = loss.item<double>();
+  for (auto& p : model->parameters()) g.grads.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  return g;
+}
+
+double max_diff(const Grads& a, const Grads& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.grads.size(); ++i) d = std::max(d, (a.grads[i] - b.grads[i]).abs().max().item<double>());
+  return d;
+}
+
+// The largest difference of one parameter's gradient relative to b's largest element.
+double max_rel_diff(const Grads& a, const Grads& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    d = std::max(d, (a.grads[i] - b.grads[i]).abs().max().item<double>() /
+                        std::max(b.grads[i].abs().max().item<double>(), 1e-30));
+  return d;
+}
+
+}  // namespace
+
+// full and selective recompute give every parameter the gradient of none
+// (fp32, within 1e-6), with dropout on (a recompute drawing new masks would
+// differ by far more) and for both CPU backends; the graph holds one recompute node
+// per recomputed block.
+TEST(ActivationCheckpointing, GradientsEqualNoneForEachFamily) {
+  using llmtrain::ActivationCheckpointing;
+  for (auto cfg : {tiny_llama(), tiny_gpt2(), tiny_qwen3()}) {
+    cfg.n_layer = 3;
+    // manual with dropout (its masks drawn in the block), sdpa without.
+    for (auto [backend, dropout] : {std::pair{llmtrain::AttentionBackend::manual, 0.1},
+                                    std::pair{llmtrain::AttentionBackend::sdpa, 0.0}}) {
+      cfg.attention_backend = backend;
+      cfg.dropout = dropout;
+      SCOPED_TRACE(fmt::format("{} {} dropout {}", cfg.arch_string(), llmtrain::to_string(backend), dropout));
+      const auto none = one_step(cfg, ActivationCheckpointing::none);
+      EXPECT_EQ(none.recompute_nodes, 0);
+      for (auto mode : {ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
+        const auto got = one_step(cfg, mode);
+        cfg.checkpointing = mode;
+        EXPECT_EQ(got.recompute_nodes, cfg.recomputed_blocks()) << llmtrain::to_string(mode);
+        EXPECT_NEAR(got.loss, none.loss, 1e-6) << llmtrain::to_string(mode);
+        ASSERT_EQ(got.grads.size(), none.grads.size());
+        for (size_t i = 0; i < got.grads.size(); ++i) ASSERT_TRUE(got.grads[i].defined()) << i;
+        EXPECT_LE(max_diff(got, none), 1e-6) << llmtrain::to_string(mode);
+      }
+    }
+  }
+}
+
+// Under bf16 autocast the recompute runs in bf16 as the forward did (the
+// backward runs outside the autocast region): the gradients equal none's under
+// autocast, and differ from fp32's, so a recompute in the wrong dtype fails.
+TEST(ActivationCheckpointing, RecomputeKeepsTheAutocastDtype) {
+  auto cfg = tiny_llama();
+  const auto none = one_step(cfg, llmtrain::ActivationCheckpointing::none, /*bf16_autocast=*/true);
+  const auto full = one_step(cfg, llmtrain::ActivationCheckpointing::full, true);
+  const auto fp32 = one_step(cfg, llmtrain::ActivationCheckpointing::none, false);
+  EXPECT_LE(max_diff(full, none), 1e-6);
+  EXPECT_GT(max_rel_diff(fp32, none), 1e-3);  // bf16 rounding: what a recompute in fp32 would show
+}
+
+// selective recomputes blocks k-1, 2k-1, ...; full all of them.
+TEST(ActivationCheckpointing, SelectiveRecomputesEveryKthBlock) {
+  ModelConfig m = tiny_llama();
+  m.n_layer = 7;
+  m.checkpointing = llmtrain::ActivationCheckpointing::selective;
+  m.checkpoint_every = 3;
+  std::vector<int64_t> got;
+  for (int64_t i = 0; i < m.n_layer; ++i)
+    if (m.recomputes_block(i)) got.push_back(i);
+  EXPECT_EQ(got, (std::vector<int64_t>{2, 5}));
+  m.checkpoint_every = 1;
+  EXPECT_EQ(m.recomputed_blocks(), 7);
+  m.checkpointing = llmtrain::ActivationCheckpointing::full;
+  m.checkpoint_every = 4;
+  EXPECT_EQ(m.recomputed_blocks(), 7);
+  m.checkpointing = llmtrain::ActivationCheckpointing::none;
+  EXPECT_EQ(m.recomputed_blocks(), 0);
+}
+
+// The activation account follows the mode: a recomputed block keeps its fp32
+// (B, T, C) input instead of its activations, and one block's come back.
+TEST(ActivationCheckpointing, ActivationBytesCountTheKeptInputs) {
+  using llmtrain::ActivationCheckpointing;
+  ModelConfig m = tiny_llama();
+  m.n_layer = 6;
+  auto bytes = [&](ActivationCheckpointing mode, int64_t every) {
+    m.checkpointing = mode;
+    m.checkpoint_every = every;
+    return llmtrain::activation_bytes(m, llmtrain::ComputeDtype::bfloat16, 4, llmtrain::AttentionBackend::sdpa);
+  };
+  const double none = bytes(ActivationCheckpointing::none, 2), full = bytes(ActivationCheckpointing::full, 2);
+  const double every2 = bytes(ActivationCheckpointing::selective, 2);
+  const double every3 = bytes(ActivationCheckpointing::selective, 3);
+  EXPECT_LT(full, every3);
+  EXPECT_LT(every2, every3);
+  EXPECT_LT(every3, none);
+  // With L = 6: every3 recomputes 2 blocks, every2 3; a recomputed block trades
+  // its activations (a) for its input (i), plus one block's a during backward:
+  // none - every3 = 2a - 2i - a, every3 - every2 = a - i.
+  const double input = 4.0 * m.block_size * m.n_embd * 4;  // (B, T, C) fp32, B = 4
+  EXPECT_NEAR((every3 - every2) - (none - every3), input, 1e-6 * input);
+  EXPECT_NEAR(bytes(ActivationCheckpointing::selective, 1), full, 1e-6);
 }

@@ -22,6 +22,9 @@ enum class FfnKind { swiglu, gelu };                     // ffn
 enum class PosEncoding { rope, learned };                // pos_encoding
 // attention_backend. The fallback chain, in order: flash_attn_3 -> flash_attn_2 -> sdpa -> manual.
 enum class AttentionBackend { flash_attn_3, flash_attn_2, sdpa, manual };
+// activation_checkpointing: which blocks recompute their forward during backward
+// (none; full = every block; selective = every activation_checkpointing_every-th block).
+enum class ActivationCheckpointing { none, full, selective };
 
 // ---- the tables: one per option --------------------------------------------------
 template <typename E> struct OptionWord {
@@ -75,6 +78,12 @@ template <> struct OptionTable<AttentionBackend> {
                                                            {AttentionBackend::flash_attn_2, "flash_attn_2"},
                                                            {AttentionBackend::sdpa, "sdpa"},
                                                            {AttentionBackend::manual, "manual"}};
+};
+template <> struct OptionTable<ActivationCheckpointing> {
+  static constexpr const char* name = "activation_checkpointing";
+  static constexpr OptionWord<ActivationCheckpointing> words[] = {{ActivationCheckpointing::none, "none"},
+                                                                  {ActivationCheckpointing::full, "full"},
+                                                                  {ActivationCheckpointing::selective, "selective"}};
 };
 
 // ---- enum <-> word, through the option's table ----------------------------------

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "llmtrain/core/options.hpp"  // defines: NormKind, FfnKind, PosEncoding, AttentionBackend
+#include "llmtrain/core/options.hpp"  // defines: NormKind, FfnKind, PosEncoding, AttentionBackend, ActivationCheckpointing
 
 namespace llmtrain {
 
@@ -26,6 +26,15 @@ struct ModelConfig {
   // compile=True: the LM head and the cross-entropy fused, in chunks of rows
   // (model/fused_loss.hpp); the loss and its gradients equal the plain path's.
   bool fused_loss = false;
+  // Blocks that recompute their forward during backward (model/checkpoint.hpp):
+  // none, every block (full), or every checkpoint_every-th block (selective).
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  int64_t checkpoint_every = 2;
+  // Whether block i (0-based) is recomputed: full: all; selective: i + 1 a
+  // multiple of checkpoint_every (blocks k-1, 2k-1, ...); none: no block.
+  bool recomputes_block(int64_t i) const;
+  // How many of the n_layer blocks are recomputed.
+  int64_t recomputed_blocks() const;
 
   // Resolves the config's model keys (0 = derived defaults); `data_vocab_size`
   // is used when vocab_size = 0. Throws ConfigError on inconsistent shapes.

@@ -71,6 +71,10 @@ class TransformerImpl : public torch::nn::Module {
   std::string attention_kernel_used() const;
 
  private:
+  // Block i as a function of its input (recomputed in backward where
+  // cfg_.recomputes_block(i)).
+  std::function<torch::Tensor(const torch::Tensor&)> block_body(int64_t i);
+
   ModelConfig cfg_;
   // modules are registered by the implementation
   struct Parts;
