@@ -4,7 +4,7 @@
 # (and CI's clean clones) on a machine reuses it. It holds the pinned torch wheel
 # whose LibTorch CMake links (python/requirements.txt, the one place the version
 # is written) and the reference oracles the tests run (transformers, tokenizers,
-# tiktoken, safetensors, h5py).
+# tiktoken, safetensors, h5py), pyarrow (Arrow C++ for Parquet input) and datasets.
 #
 #   LLMTRAIN_VENV        where the venv lives (default ~/.cache/llmtrain/venv)
 #   LLMTRAIN_BASE_PYTHON the interpreter the venv is made from (default python3)
@@ -77,7 +77,7 @@ else
 fi
 start=$(date +%s)
 "$py" -m pip install -q --disable-pip-version-check -r "$reqs"
-"$py" -c 'import torch, transformers, tokenizers, tiktoken, safetensors, h5py' ||
+"$py" -c 'import torch, transformers, tokenizers, tiktoken, safetensors, h5py, pyarrow, datasets' ||
   { echo "python-env: the environment in $venv does not import its packages" >&2; exit 1; }
 echo "$want" >"$stamp"
 echo "python-env: ready in $(( $(date +%s) - start )) s: $py (torch $(torch_ok "$py"), $(du -sh "$venv" | cut -f1))"
