@@ -14,7 +14,7 @@
 #    GCC; the libstdc++-first link rule of src/CMakeLists.txt applies to it as to
 #    LibTorch. Its headers need C++20: only src/data/*_arrow.cpp include them, and
 #    they are compiled as C++20 in a target of their own (llmtrain_arrow).
-# Targets: LLMTrain::arrow, LLMTrain::parquet.
+# Targets: LLMTrain::arrow, LLMTrain::parquet (link only); LLMTRAIN_ARROW_INCLUDE_DIRS.
 
 if(NOT TARGET LLMTrain::arrow)
   find_package(Arrow CONFIG QUIET)
@@ -24,6 +24,7 @@ if(NOT TARGET LLMTrain::arrow)
     target_link_libraries(LLMTrain::arrow INTERFACE Arrow::arrow_shared)
     add_library(LLMTrain::parquet INTERFACE IMPORTED)
     target_link_libraries(LLMTrain::parquet INTERFACE Parquet::parquet_shared)
+    get_target_property(LLMTRAIN_ARROW_INCLUDE_DIRS Arrow::arrow_shared INTERFACE_INCLUDE_DIRECTORIES)
     message(STATUS "llmtrain: Arrow ${Arrow_VERSION} from ${Arrow_DIR}")
   else()
     execute_process(
@@ -47,10 +48,11 @@ if(NOT TARGET LLMTrain::arrow)
       endif()
       list(GET _so 0 _so)
       add_library(LLMTrain::${_lib} SHARED IMPORTED)
-      set_target_properties(LLMTrain::${_lib} PROPERTIES IMPORTED_LOCATION "${_so}"
-                            INTERFACE_INCLUDE_DIRECTORIES "${_pa_include}")
+      set_target_properties(LLMTrain::${_lib} PROPERTIES IMPORTED_LOCATION "${_so}")
     endforeach()
-    set(LLMTRAIN_PYARROW_VERSION "${_pa_version}")
+    # Only the *_arrow.cpp sources get it (src/CMakeLists.txt): the others, and
+    # their precompiled header, compile as before.
+    set(LLMTRAIN_ARROW_INCLUDE_DIRS "${_pa_include}")
     message(STATUS "llmtrain: Arrow ${_pa_version} from the pyarrow wheel (${_pa_libdir})")
   endif()
 endif()

@@ -15,7 +15,7 @@ PKGS=(
   libboost-program-options-dev nlohmann-json3-dev   # fmt: LibTorch's own headers
   libpcre2-dev                                # tokenizer pre-split regex (Unicode properties)
   libicu-dev                                  # tokenizer NFC normalization (Qwen3)
-  libzstd-dev zlib1g-dev liblzma-dev          # llmtrain-prepare: .jsonl.zst / .gz / .xz input
+  libzstd-dev zlib1g-dev liblzma-dev zstd     # llmtrain-prepare: .jsonl.zst / .gz / .xz input (zstd: tests)
   libgtest-dev libgmock-dev libbenchmark-dev  # tests + microbenchmarks
   nodejs npm                                  # npm pack of corpora/tokenizers, JS parity tests
   python3 python3-venv python3-matplotlib     # the venv (scripts/python-env.sh); llmtrain-report --plot
