@@ -24,7 +24,10 @@ const char* format_name(InputFormat f) { return f == InputFormat::parquet ? "Par
 // The text column being read, for messages.
 thread_local std::string g_field;
 
-[[noreturn]] void fail(const std::string& path, InputFormat f, const std::string& why) {
+// One line: Arrow's and Thrift's messages may span several.
+[[noreturn]] void fail(const std::string& path, InputFormat f, std::string why) {
+  while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+  for (size_t i = 0; (i = why.find('\n', i)) != std::string::npos;) why.replace(i, 1, "; ");
   throw DataError(fmt::format("{}: not a readable {} file (reading column '{}': {})", path, format_name(f), g_field,
                               why));
 }

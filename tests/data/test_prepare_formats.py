@@ -185,6 +185,7 @@ def expect_error(name, inputs, *needles, args=()):
     if not hit:
         fail(f"{name}: no error line naming {needles}", p.stdout)
     print(f"{name}: {hit[0].strip()}")
+    return hit[0].strip()
 
 
 def case_errors():
@@ -201,7 +202,9 @@ def case_errors():
     corrupt = os.path.join(work, "corrupt.parquet")
     with open(corrupt, "wb") as f:  # the footer's length and magic intact, the metadata garbage
         f.write(raw[:8] + bytes(len(raw) - 16) + raw[-8:])
-    expect_error("corrupt_parquet", [corrupt], corrupt, "'text'", "not a readable Parquet file")
+    line = expect_error("corrupt_parquet", [corrupt], corrupt, "'text'", "not a readable Parquet file")
+    if not line.endswith(")"):  # Thrift's multi-line message, joined: the error is one line
+        fail(f"corrupt_parquet: the error is cut at a line break: {line}")
     truncated = os.path.join(work, "truncated.parquet")
     with open(truncated, "wb") as f:
         f.write(raw[: len(raw) // 2])
