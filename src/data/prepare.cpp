@@ -1,11 +1,14 @@
 // prepare_data: inputs -> tokens -> HDF5 shards + index.json, in parallel over ranks.
 //
 // Work split: the inputs, in sorted order, are one virtual byte stream; rank r owns
-// the byte range [r*S/P, (r+1)*S/P) and tokenizes every document that STARTS in it
-// (a text file starts at its first byte, a JSONL document at the start of its
-// line). Concatenating the ranks' tokens in rank order therefore gives the tokens
-// of all documents in input order, for any P; the shard writer then cuts that
-// global stream at fixed token offsets, so the files do not depend on P.
+// the byte range [r*S/P, (r+1)*S/P) and tokenizes every document that STARTS in it.
+// A text file starts at its first byte, a JSONL document at the start of its line,
+// a compressed JSONL file at its first byte (it is read whole by one rank), and the
+// documents of unit i of n of a columnar file (Parquet row group, Arrow record
+// batch) at byte i*size/n of the file. Concatenating the ranks' tokens in rank
+// order therefore gives the tokens of all documents in input order, for any P; the
+// shard writer then cuts that global stream at fixed token offsets, so the files
+// do not depend on P.
 #include "data/prepare_comm.hpp"
 
 #include <fcntl.h>
@@ -28,6 +31,7 @@
 
 #include "core/mpi_util.hpp"
 #include "data/data_index.hpp"
+#include "data/input_readers.hpp"
 #include "data/shard_io.hpp"
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
@@ -48,12 +52,33 @@ struct InputFile {
   std::string path;
   int64_t size = 0;
   int64_t start = 0;  // offset in the virtual byte stream of all inputs
-  bool jsonl = false;
+  InputFormat format = InputFormat::text;
 };
 
-bool is_jsonl(const fs::path& p) {
-  const auto ext = p.extension().string();
-  return ext == ".jsonl" || ext == ".ndjson";
+// A Hugging Face `datasets` folder gives only its Arrow files: a save_to_disk
+// folder those that state.json lists, in its order; a cache folder (with
+// dataset_info.json) its *.arrow files, sorted. Empty for any other directory.
+std::vector<fs::path> datasets_folder_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  if (fs::exists(dir / "state.json")) {
+    std::ifstream in(dir / "state.json");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+      for (const auto& f : j.at("_data_files")) files.push_back(dir / f.at("filename").get<std::string>());
+    } catch (const nlohmann::json::exception& e) {
+      throw DataError(fmt::format("{}: not a `datasets` save_to_disk state file ({})", (dir / "state.json").string(),
+                                  e.what()));
+    }
+    for (const auto& f : files)
+      if (!fs::is_regular_file(f))
+        throw DataError(fmt::format("{} lists '{}', which is missing", (dir / "state.json").string(), f.string()));
+  } else if (fs::exists(dir / "dataset_info.json")) {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().extension() == ".arrow") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+  }
+  return files;
 }
 
 // What a path is, for messages: "a FIFO", "a socket", ...
@@ -126,7 +151,7 @@ void list_directory(const fs::path& in, const std::function<bool(const fs::path&
   }
   std::sort(found.begin(), found.end());
   std::sort(out.skipped.begin() + static_cast<std::ptrdiff_t>(first_skip), out.skipped.end());
-  for (const auto& p : found) out.files.push_back({p.string(), 0, 0, is_jsonl(p)});
+  for (const auto& p : found) out.files.push_back({p.string(), 0, 0, input_format(p.string())});
 }
 
 InputList list_inputs(const std::vector<std::string>& inputs, const std::vector<std::string>& exts) {
@@ -137,6 +162,10 @@ InputList list_inputs(const std::vector<std::string>& inputs, const std::vector<
   for (const auto& in : inputs) {
     std::error_code ec;
     if (fs::is_directory(in, ec)) {
+      if (auto ds = datasets_folder_files(in); !ds.empty()) {  // a `datasets` folder: the files it names
+        for (const auto& p : ds) list.files.push_back({p.string(), 0, 0, InputFormat::arrow});
+        continue;
+      }
       list_directory(in, wanted, list);
       continue;
     }
@@ -144,7 +173,7 @@ InputList list_inputs(const std::vector<std::string>& inputs, const std::vector<
     const std::string why = unreadable_reason(in);
     if (why == "does not exist") throw DataError(fmt::format("input '{}' does not exist", in));
     if (!why.empty()) throw DataError(fmt::format("input '{}': {}", in, why));
-    list.files.push_back({in, 0, 0, is_jsonl(in)});
+    list.files.push_back({in, 0, 0, input_format(in)});
   }
   int64_t start = 0;
   for (auto& f : list.files) {
@@ -259,10 +288,12 @@ struct SplitTokens {
 // turn every ill-formed byte into U+FFFD and train on noise).
 bool needs_utf8(const Tokenizer& tok) { return tok.name() != "byte"; }
 
+// Where a document is, for messages: "file", "file:line" or "file: row N".
+using Where = std::function<std::string()>;
+
 template <typename T>
 void append_document(const Tokenizer& tok, std::string_view text, bool val, SplitTokens<T>& out,
-                     const std::string& path, int64_t offset, bool jsonl, const PrepareOptions& opt) {
-  auto where = [&] { return jsonl ? fmt::format("{}:{}", path, line_number(path, offset)) : path; };
+                     const Where& where, const PrepareOptions& opt) {
   // A document that is not text, or that would put the end-of-document id inside
   // itself, is skipped (or refused with --strict): EOS must only ever separate documents.
   auto reject = [&](const std::string& why) {
@@ -289,75 +320,130 @@ void append_document(const Tokenizer& tok, std::string_view text, bool val, Spli
   ++(val ? out.val_docs : out.train_docs);
 }
 
+// The document of one JSONL line: its --text_field; false for a blank line or an
+// empty text, or a line that is not text (skipped, or refused with --strict).
+template <typename T>
+bool jsonl_text(std::string_view line, const Where& where, const PrepareOptions& opt, SplitTokens<T>& out,
+                std::string& text) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.find_first_not_of(" \t") == std::string::npos) return false;
+  if (std::string why = not_text_reason(line, true); !why.empty()) {
+    if (opt.strict)
+      throw DataError(fmt::format("{}: {}; remove it from the inputs (without --strict it is skipped with a "
+                                  "warning)", where(), why));
+    out.skipped.push_back(fmt::format("{}: {}", where(), why));
+    return false;
+  }
+  try {
+    const auto j = nlohmann::json::parse(line);
+    const auto it = j.is_object() ? j.find(opt.text_field) : j.end();
+    if (!j.is_object() || it == j.end() || !it->is_string())
+      throw DataError(fmt::format("{}: JSONL line has no string field \"{}\" (--text_field)", where(),
+                                  opt.text_field));
+    text = it->template get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(fmt::format("{}: unreadable JSONL line ({})", where(), e.what()));
+  }
+  return !text.empty();
+}
+
+template <typename T>
+void tokenize_text_file(const InputFile& f, size_t fi, const Tokenizer& tok, const PrepareOptions& opt,
+                        SplitTokens<T>& out) {
+  errno = 0;
+  std::ifstream in(f.path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("cannot read input '{}': {}", f.path, std::strerror(errno)));
+  std::string text(static_cast<size_t>(f.size), '\0');
+  in.read(text.data(), f.size);
+  if (!in) throw DataError(fmt::format("reading input '{}' failed: {}", f.path, std::strerror(errno)));
+  append_document(tok, text, goes_to_val(opt.split_seed, fi, 0, opt.val_fraction), out, [&] { return f.path; },
+                  opt);
+}
+
+// The lines of a plain JSONL file that start in [a, b) of the file.
+template <typename T>
+void tokenize_jsonl_range(const InputFile& f, size_t fi, int64_t a, int64_t b, const Tokenizer& tok,
+                          const PrepareOptions& opt, SplitTokens<T>& out, const std::function<void(int64_t)>& done) {
+  errno = 0;
+  std::ifstream in(f.path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("cannot read input '{}': {}", f.path, std::strerror(errno)));
+  int64_t pos = a;
+  if (a > 0) {
+    in.seekg(a - 1);
+    char c = 0;
+    in.get(c);
+    if (c != '\n') {
+      std::string skip;
+      std::getline(in, skip);
+      pos = a + static_cast<int64_t>(skip.size()) + 1;
+    }
+  }
+  std::string line, text;
+  while (pos < b && std::getline(in, line)) {
+    const int64_t line_start = pos;
+    pos += static_cast<int64_t>(line.size()) + 1;
+    const Where where = [&] { return fmt::format("{}:{}", f.path, line_number(f.path, line_start)); };
+    if (!jsonl_text(line, where, opt, out, text)) continue;
+    append_document(tok, text, goes_to_val(opt.split_seed, fi, line_start, opt.val_fraction), out, where, opt);
+    done(f.start + pos);
+  }
+}
+
+// A compressed JSONL file, whole (one rank reads it).
+template <typename T>
+void tokenize_compressed_jsonl(const InputFile& f, size_t fi, const Tokenizer& tok, const PrepareOptions& opt,
+                               SplitTokens<T>& out) {
+  int64_t line_no = 0;
+  std::string text;
+  compressed_read_lines(f.path, f.format, [&](int64_t offset, std::string_view line) {
+    ++line_no;
+    const Where where = [&] { return fmt::format("{}:{}", f.path, line_no); };
+    if (!jsonl_text(line, where, opt, out, text)) return;
+    append_document(tok, text, goes_to_val(opt.split_seed, fi, offset, opt.val_fraction), out, where, opt);
+  });
+}
+
+// The units (row groups, record batches) of a columnar file whose documents start
+// in [lo, hi) of the byte stream: unit i of n starts at f.start + i*size/n.
+template <typename T>
+void tokenize_columnar(const InputFile& f, size_t fi, int64_t lo, int64_t hi, const Tokenizer& tok,
+                       const PrepareOptions& opt, SplitTokens<T>& out) {
+  const int64_t n = columnar_unit_count(f.path, f.format, opt.text_field);
+  auto unit_start = [&](int64_t i) { return f.start + (n > 0 ? f.size * i / n : 0); };
+  int64_t first = 0, end = 0;
+  while (first < n && unit_start(first) < lo) ++first;
+  for (end = first; end < n && unit_start(end) < hi;) ++end;
+  columnar_read_units(f.path, f.format, opt.text_field, first, end, [&](int64_t row, std::string_view text, bool null) {
+    if (null || text.empty()) return;
+    append_document(tok, text, goes_to_val(opt.split_seed, fi, row, opt.val_fraction), out,
+                    [&] { return fmt::format("{}: row {} (column '{}')", f.path, row, opt.text_field); }, opt);
+  });
+}
+
 template <typename T>
 SplitTokens<T> tokenize_range(const std::vector<InputFile>& files, int64_t lo, int64_t hi, const Tokenizer& tok,
                               const PrepareOptions& opt, Progress& progress) {
   SplitTokens<T> out;
-  auto bytes_done = [&](int64_t g) { return std::max<int64_t>(0, std::min(g, hi) - lo); };
+  auto done = [&](int64_t g) {
+    progress.update(out.train_docs + out.val_docs, out.train.size() + out.val.size(),
+                    std::max<int64_t>(0, std::min(g, hi) - lo));
+  };
   for (size_t fi = 0; fi < files.size(); ++fi) {
     const auto& f = files[fi];
     const int64_t fend = f.start + f.size;
     if (f.start >= hi) break;
     if (fend <= lo) continue;
-    if (!f.jsonl) {
-      if (f.start < lo) continue;  // the document starts in another rank's range
-      errno = 0;
-      std::ifstream in(f.path, std::ios::binary);
-      if (!in) throw DataError(fmt::format("cannot read input '{}': {}", f.path, std::strerror(errno)));
-      std::string text(static_cast<size_t>(f.size), '\0');
-      in.read(text.data(), f.size);
-      if (!in) throw DataError(fmt::format("reading input '{}' failed: {}", f.path, std::strerror(errno)));
-      append_document(tok, text, goes_to_val(opt.split_seed, fi, 0, opt.val_fraction), out, f.path, 0, false,
-                      opt);
-      progress.update(out.train_docs + out.val_docs, out.train.size() + out.val.size(), bytes_done(fend));
-      continue;
+    if (f.format == InputFormat::jsonl) {
+      tokenize_jsonl_range(f, fi, std::max(lo, f.start) - f.start, std::min(hi, fend) - f.start, tok, opt, out,
+                           done);
+    } else if (is_columnar(f.format)) {
+      tokenize_columnar(f, fi, lo, hi, tok, opt, out);
+    } else {
+      if (f.start < lo) continue;  // the document(s) start in another rank's range
+      if (is_compressed_jsonl(f.format)) tokenize_compressed_jsonl(f, fi, tok, opt, out);
+      else tokenize_text_file(f, fi, tok, opt, out);
     }
-    // JSONL: the lines that start in [a, b) of this file.
-    const int64_t a = std::max(lo, f.start) - f.start, b = std::min(hi, fend) - f.start;
-    errno = 0;
-    std::ifstream in(f.path, std::ios::binary);
-    if (!in) throw DataError(fmt::format("cannot read input '{}': {}", f.path, std::strerror(errno)));
-    int64_t pos = a;
-    if (a > 0) {
-      in.seekg(a - 1);
-      char c = 0;
-      in.get(c);
-      if (c != '\n') {
-        std::string skip;
-        std::getline(in, skip);
-        pos = a + static_cast<int64_t>(skip.size()) + 1;
-      }
-    }
-    std::string line;
-    while (pos < b && std::getline(in, line)) {
-      const int64_t line_start = pos;
-      pos += static_cast<int64_t>(line.size()) + 1;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      std::string text;
-      if (std::string why = not_text_reason(line, true); !why.empty()) {
-        if (opt.strict)
-          throw DataError(fmt::format("{}:{}: {}; remove it from the inputs (without --strict it is skipped with a "
-                                      "warning)", f.path, line_number(f.path, line_start), why));
-        out.skipped.push_back(fmt::format("{}:{}: {}", f.path, line_number(f.path, line_start), why));
-        continue;
-      }
-      try {
-        const auto j = nlohmann::json::parse(line);
-        if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-          throw DataError(fmt::format("{}:{}: JSONL line has no string field \"text\"", f.path,
-                                      line_number(f.path, line_start)));
-        text = j["text"].get<std::string>();
-      } catch (const nlohmann::json::exception& e) {
-        throw DataError(fmt::format("{}:{}: unreadable JSONL line ({})", f.path, line_number(f.path, line_start),
-                                    e.what()));
-      }
-      if (text.empty()) continue;
-      append_document(tok, text, goes_to_val(opt.split_seed, fi, line_start, opt.val_fraction), out, f.path,
-                      line_start, true, opt);
-      progress.update(out.train_docs + out.val_docs, out.train.size() + out.val.size(),
-                      bytes_done(f.start + pos));
-    }
+    done(fend);
   }
   progress.update(out.train_docs + out.val_docs, out.train.size() + out.val.size(), hi - lo, true);
   return out;

@@ -106,9 +106,9 @@ struct Trainer::Impl {
     const std::string tf32 = enable_tf32(device);
     // 2. data: the index tells the vocabulary; the loader checks block_size against
     //    the shards before anything large is allocated
-    data = read_data_info(cfg.data_dir);
     train_loader =
         std::make_unique<TokenLoader>(LoaderOptions::from_config(cfg), rt, Split::train, device, /*stream=*/0);
+    data = train_loader->info();  // data_dir's, or the first of a data_mix (all share one tokenizer)
     check_split_at_startup(Split::val);  // now, not at the first evaluation after training work
     // 3. model, initialized identically on every rank from the seed
     mcfg = ModelConfig::from_config(cfg, data.vocab_size);
@@ -618,6 +618,9 @@ struct Trainer::Impl {
     if (prediction) prediction->add_to_summary(s);
     s["status"] = result.stopped_by_signal ? "stopped" : "completed";
     if (result.stopped_by_signal) s["stop_signal"] = result.stopped_by_signal;
+    s["data_sources"] = nlohmann::json::array();
+    for (const auto& u : train_loader->source_use(state.iteration))
+      s["data_sources"].push_back({{"path", u.path}, {"weight", u.weight}, {"tokens", u.tokens}, {"epochs", u.epochs}});
     run_log->set_summary(s);
     run_log->flush(/*force=*/true);
     result.tokens_per_sec = summary.value("tokens_per_sec", 0.0);

@@ -1,9 +1,14 @@
 // TokenLoader: windows match the shards, data order independent of world size,
 // prefetch workers change nothing, position/seek resumes exactly, workers read
-// safely while checkpoints are written (one HDF5 lock).
+// safely while checkpoints are written (one HDF5 lock); blends (data_mix) draw
+// by weight, the same on every world size, and resume.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "data_test_util.hpp"
@@ -213,4 +218,114 @@ TEST(DataLoader, WorkersReadWhileCheckpointsAreWrittenEveryIteration) {
     }
   }
   EXPECT_EQ(fast.position(), 2 * kIters);
+
+// ---- blends (data_mix) -------------------------------------------------------------
+
+namespace {
+
+// A prepared directory whose documents hold only `letter` (byte tokenizer): every
+// window of it is recognisable. Small on purpose: a blend source runs out.
+std::string letter_dir(char letter, int docs) {
+  const auto d = fresh_dir(std::string("loader_mix_") + letter);
+  if (runtime().rank() == 0) {
+    fs::create_directories(d / "docs");
+    for (int i = 0; i < docs; ++i) {
+      std::ofstream f(d / "docs" / fmt::format("{:03d}.txt", i));
+      f << std::string(static_cast<size_t>(200 + 37 * i), letter);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  PrepareOptions o;
+  o.inputs = {(d / "docs").string()};
+  o.out_dir = (d / "out").string();
+  o.val_fraction = 0.0;
+  o.shard_tokens = 1500;
+  prepare_world(o);
+  return o.out_dir;
+}
+
+// The letter of a window (its first non-EOS token).
+char letter_of(const torch::Tensor& row) {
+  for (int64_t t = 0; t < row.size(0); ++t)
+    if (row[t].item<int64_t>() != 0) return static_cast<char>(row[t].item<int64_t>());
+  return 0;
+}
+
+}  // namespace
+
+TEST(DataLoader, DataMixParsing) {
+  auto s = parse_data_mix("0.3 A 0.7 B", "ignored");
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].dir, "A");
+  EXPECT_NEAR(s[0].weight, 0.3, 1e-12);
+  EXPECT_NEAR(s[1].weight, 0.7, 1e-12);
+  s = parse_data_mix("", "data/x");  // no mix: data_dir alone
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].dir, "data/x");
+  EXPECT_EQ(s[0].weight, 1.0);
+  s = parse_data_mix("2 A 6 B", "");  // normalized
+  EXPECT_NEAR(s[0].weight, 0.25, 1e-12);
+  // A file holding the same, with comments and newlines.
+  const auto dir = fresh_dir("loader_mix_file");
+  if (runtime().rank() == 0) std::ofstream(dir / "mix.txt") << "# pretraining mix\n0.5 A  # web\n0.5\tB\n";
+  MPI_Barrier(MPI_COMM_WORLD);
+  s = parse_data_mix((dir / "mix.txt").string(), "");
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[1].dir, "B");
+  for (const char* bad : {"0.3 A 0.7", "A 0.3", "-1 A 2 B", "0 A", "x A", "nan A"}) {
+    try {
+      parse_data_mix(bad, "");
+      ADD_FAILURE() << "accepted data_mix '" << bad << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("data_mix"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(DataLoader, DataMixDrawsByWeightSameOnEveryWorldSizeAndResumes) {
+  auto& rt = runtime();
+  const std::string a = letter_dir('a', 6), b = letter_dir('b', 30);
+  Config c = small_config();
+  c.data_mix = fmt::format("0.25 {} 0.75 {}", a, b);
+  const int64_t B = c.batch_size, A = c.gradient_accumulation_steps, W = rt.world_size();
+  // The global batch on one rank (as SameGlobalBatchesOnEveryWorldSize): letters per sample.
+  Config one = c;
+  one.gradient_accumulation_steps = A * W;
+  TokenLoader ref(LoaderOptions::from_config(one), 0, 1, Split::train, torch::kCPU);
+  TokenLoader loader(LoaderOptions::from_config(c), rt, Split::train, torch::kCPU);
+  const int iters = 40;
+  int64_t count_a = 0, count_b = 0;
+  for (int iter = 0; iter < iters; ++iter) {
+    std::vector<char> global;
+    for (int64_t m = 0; m < A * W; ++m) {
+      const Batch batch = ref.next();
+      for (int64_t r = 0; r < B; ++r) global.push_back(letter_of(batch.x[r]));
+    }
+    for (char l : global) (l == 'a' ? count_a : count_b) += 1;
+    ASSERT_TRUE(std::all_of(global.begin(), global.end(), [](char l) { return l == 'a' || l == 'b'; }));
+    for (int64_t m = 0; m < A; ++m) {  // this rank's rows are its slice of the global batch
+      const Batch mine = loader.next();
+      for (int64_t r = 0; r < B; ++r)
+        ASSERT_EQ(letter_of(mine.x[r]), global[static_cast<size_t>((rt.rank() * A + m) * B + r)])
+            << "iter " << iter << " micro " << m << " row " << r;
+    }
+  }
+  // The draw follows the weights (960 samples: 0.25 +- 0.05), and source_use
+  // counts exactly the samples taken, on every rank.
+  const double share = static_cast<double>(count_a) / static_cast<double>(count_a + count_b);
+  EXPECT_NEAR(share, 0.25, 0.05);
+  const auto use = loader.source_use(iters);
+  ASSERT_EQ(use.size(), 2u);
+  EXPECT_EQ(use[0].path, a);
+  EXPECT_NEAR(use[0].weight, 0.25, 1e-12);
+  EXPECT_EQ(use[0].tokens, count_a * c.block_size);
+  EXPECT_EQ(use[1].tokens, count_b * c.block_size);
+  EXPECT_GT(use[0].epochs, 1.0);  // the small source repeats
+  EXPECT_NEAR(use[0].epochs, static_cast<double>(use[0].tokens) / read_data_info(a).train_tokens, 1e-12);
+  // Resume: a fresh loader sought to a position continues exactly.
+  TokenLoader resumed(LoaderOptions::from_config(c), rt, Split::train, torch::kCPU);
+  TokenLoader straight(LoaderOptions::from_config(c), rt, Split::train, torch::kCPU);
+  for (int i = 0; i < 11; ++i) straight.next();
+  resumed.seek(11);
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(same(straight.next(), resumed.next())) << i;
 }

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -16,6 +17,9 @@ class Runtime;
 // What the loader reads of a run's configuration, and nothing else.
 struct LoaderOptions {
   std::string data_dir;
+  // A blend: "W1 DIR1 W2 DIR2 ..." (Megatron's --data-path) or the path of a file
+  // holding that text; empty = data_dir alone (docs/data.md, "Blends").
+  std::string data_mix;
   uint64_t seed = 1337;
   int64_t batch_size = 12;                // sequences per micro-batch of this rank
   int64_t block_size = 1024;              // tokens per sequence
@@ -52,6 +56,24 @@ DataInfo read_data_info(const std::string& data_dir);
 // compute any sample without state. Windows are numbered shard by shard.
 uint64_t sample_window_index(uint64_t seed, uint64_t stream, int64_t iter, int64_t k, uint64_t num_windows);
 
+// One prepared data directory of a blend, with its share of the samples.
+struct DataSource {
+  std::string dir;
+  double weight = 1.0;  // normalized: the weights of a mix sum to 1
+};
+
+// The sources of a blend: `data_mix` parsed (weights normalized), or data_dir
+// alone with weight 1. ConfigError naming data_mix for a malformed mix.
+std::vector<DataSource> parse_data_mix(const std::string& data_mix, const std::string& data_dir);
+
+// What a run has taken from each source (the run log's summary.data_sources).
+struct DataSourceUse {
+  std::string path;
+  double weight = 0.0;
+  int64_t tokens = 0;   // tokens trained on from it (block_size per sample)
+  double epochs = 0.0;  // tokens / the source's tokens in the split
+};
+
 class TokenLoader {
  public:
   // `stream` separates independent sample streams of the
@@ -73,6 +95,9 @@ class TokenLoader {
   int64_t position() const;
   void seek(int64_t position);
   const DataInfo& info() const;
+  // Samples of iterations [0, iterations) of all ranks, per source: a pure
+  // function of the seed and the global batch like the samples themselves.
+  std::vector<DataSourceUse> source_use(int64_t iterations) const;
 
  private:
   struct Impl;

