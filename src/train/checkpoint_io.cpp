@@ -239,26 +239,28 @@ std::string CheckpointWriter::close() {
 }
 
 void CheckpointWriter::attr(const std::string& group, const char* name, int64_t v) {
-  if (record_) return record_->ops.push_back({CheckpointOps::Kind::attr_i64, group, name, v});
+  if (record_) return void(record_->add(CheckpointOps::Kind::attr_i64, group, name).i64 = v);
   h5::write_attr(f_->group(group), name, v);
 }
 void CheckpointWriter::attr(const std::string& group, const char* name, double v) {
-  if (record_) return record_->ops.push_back({CheckpointOps::Kind::attr_f64, group, name, 0, v});
+  if (record_) return void(record_->add(CheckpointOps::Kind::attr_f64, group, name).f64 = v);
   h5::write_attr(f_->group(group), name, v);
 }
 void CheckpointWriter::attr(const std::string& group, const char* name, const std::string& v) {
-  if (record_) return record_->ops.push_back({CheckpointOps::Kind::attr_str, group, name, 0, 0, v});
+  if (record_) return void(record_->add(CheckpointOps::Kind::attr_str, group, name).str = v);
   h5::write_attr(f_->group(group), name, v, h5::StrPad::nullpad);
 }
 
 void CheckpointWriter::tensor(const std::string& group, const std::string& name, const std::vector<int64_t>& shape,
                               int64_t offset, const torch::Tensor& part) {
   if (record_) {
-    CheckpointOps::Op op{CheckpointOps::Kind::tensor, group, name};
+    torch::Tensor data;
+    if (part.defined() && part.numel() > 0) data = record_->host_copy(part);
+    auto& op = record_->add(CheckpointOps::Kind::tensor, group, name);
     op.shape = shape;
     op.offset = offset;
-    if (part.defined() && part.numel() > 0) op.data = record_->host_copy(part);
-    return record_->ops.push_back(std::move(op));
+    op.data = std::move(data);
+    return;
   }
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   H5Id fspace(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
@@ -284,9 +286,8 @@ void CheckpointWriter::tensor(const std::string& group, const std::string& name,
 
 void CheckpointWriter::rank_row(const std::string& group, const std::string& name, const std::vector<uint8_t>& row) {
   if (record_) {
-    CheckpointOps::Op op{CheckpointOps::Kind::rank_row, group, name};
-    op.row = row;
-    return record_->ops.push_back(std::move(op));
+    record_->add(CheckpointOps::Kind::rank_row, group, name).row = row;
+    return;
   }
   int64_t len = static_cast<int64_t>(row.size()), maxlen = 0;
   MPI_CHECK(MPI_Allreduce(&len, &maxlen, 1, MPI_INT64_T, MPI_MAX, f_->comm));

@@ -13,7 +13,7 @@ namespace llmtrain {
 struct CheckpointOps {
   enum class Kind { attr_i64, attr_f64, attr_str, tensor, rank_row };
   struct Op {
-    Kind kind;
+    Kind kind = Kind::attr_i64;
     std::string group, name;
     int64_t i64 = 0;
     double f64 = 0;
@@ -24,6 +24,13 @@ struct CheckpointOps {
     std::vector<uint8_t> row;   // rank_row
   };
   std::vector<Op> ops;
+  Op& add(Kind kind, const std::string& group, const std::string& name) {
+    Op& op = ops.emplace_back();
+    op.kind = kind;
+    op.group = group;
+    op.name = name;
+    return op;
+  }
   // Host buffers of the previous snapshot, reused in order when the sizes match
   // (pinned memory is slow to allocate; the write of that snapshot is over).
   std::vector<torch::Tensor> spare;
