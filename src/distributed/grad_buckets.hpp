@@ -69,7 +69,7 @@ class GradBuckets {
   // kept, in precision.param), so an all-gather into bucket.param updates the
   // model.
   GradBuckets(const std::vector<torch::Tensor>& params, const std::vector<bool>& decay, double bucket_bytes,
-              Collectives& comm, Reduce reduce, bool flatten_params, Precision precision = {});
+              Collectives& comm, Reduce reduce, bool flatten_params, Precision precision);
   // Drops the buckets' master_init (once the optimizer has taken it).
   void release_master_init();
   ~GradBuckets();
