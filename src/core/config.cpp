@@ -277,6 +277,9 @@ void Config::validate() const {
     fail(fmt::format("RoPE needs an even head dimension, got head_dim {}", hd));
   if (use_zero1 && use_fsdp)
     fail("config keys 'use_zero1' and 'use_fsdp' are exclusive: FSDP already shards the optimizer state");
+  if (param_dtype == ParamDtype::bfloat16 && dtype != ComputeDtype::bfloat16)
+    fail(fmt::format("config key 'param_dtype' = bfloat16 computes with bf16 parameters: it needs dtype=bfloat16, "
+                     "got dtype={}", to_string(dtype)));
   if (eval_only && init_from.source == InitSource::scratch)
     fail("config key 'eval_only' = True evaluates saved weights: set init_from=resume (the newest checkpoint in "
          "out_dir/checkpoints) or init_from=hf:DIR, not 'scratch'");

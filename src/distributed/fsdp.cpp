@@ -36,8 +36,10 @@ class FsdpHooks final : public ForwardHooks {
  public:
   explicit FsdpHooks(FsdpStrategy* s) : s_(s) {}
   void before_forward() override;
+  torch::Tensor run_embedding(const std::function<torch::Tensor()>& body) override;
   torch::Tensor run_block(int64_t i, const torch::Tensor& x,
                           const std::function<torch::Tensor(const torch::Tensor&)>& body) override;
+  torch::Tensor before_head(const torch::Tensor& x) override;
   void detach() { s_ = nullptr; }
 
  private:
@@ -48,77 +50,35 @@ class FsdpHooks final : public ForwardHooks {
 class FsdpStrategy final : public Strategy {
  public:
   struct Unit {
+    UnitKind kind = UnitKind::block;
     std::vector<torch::Tensor> params;
     std::vector<FlatEntry> entries;  // where each parameter sits in the flat unit
-    torch::ScalarType dtype = torch::kFloat;
+    torch::ScalarType dtype = torch::kFloat;  // the parameters' storage (param_dtype)
     int64_t numel = 0;          // padded to a multiple of W
     torch::Tensor full;         // (numel,) storage 0 bytes unless gathered
     torch::Tensor shard;        // (numel/W,) this rank's parameters (AdamW updates it)
-    torch::Tensor grad_shard;   // (numel/W,)
-    bool resident = false;      // full parameters never freed (root without hooks)
+    torch::Tensor grad_shard;   // (numel/W,) fp32
+    bool resident = false;      // full parameters never freed (one unit without hooks)
+    bool held = false;          // kept gathered until the end of the backward (the plan's held_through_step)
     bool gathered = false;      // full storage allocated; values ready once gather_work is done
     std::unique_ptr<CommWork> gather_work;  // a prefetch in flight
     bool reduced = false;       // reduce-scattered in the current backward
   };
 
   FsdpStrategy(const StrategyOptions& o, const ParamGroups& g, Collectives& comm, bool hooked)
-      : comm_(comm), adam_(o.adamw, comm), hooked_(hooked), prefetch_(o.fsdp_prefetch) {
-    const int W = comm.world_size();
+      : comm_(comm), adam_(o.adamw, comm), prefetch_(o.fsdp_prefetch), reduce_dtype_(o.reduce_dtype) {
     broadcast_params(g.params, comm);  // every rank starts from rank 0's values
     const auto decay = decay_flags(g);
-    std::vector<bool> in_block(g.params.size(), false);
-    auto add_unit = [&](const std::vector<int>& idx, bool resident) {
-      Unit u;
-      u.resident = resident;
-      for (int i : idx) {
-        const auto& p = g.params.at(static_cast<size_t>(i));
-        if (!p.requires_grad()) continue;
-        LLMTRAIN_CHECK(p.is_contiguous(), "FSDP: parameter {} is not contiguous", i);
-        if (u.params.empty()) u.dtype = p.scalar_type();
-        LLMTRAIN_CHECK(p.scalar_type() == u.dtype, "FSDP: a sharding unit mixes dtypes {} and {} (parameter {})",
-                       c10::toString(u.dtype), c10::toString(p.scalar_type()), i);
-        u.params.push_back(p);
-        u.entries.push_back({i, u.numel, p.numel(), decay.at(static_cast<size_t>(i))});
-        u.numel += p.numel();
-      }
-      if (u.params.empty()) return;
-      u.numel = (u.numel + W - 1) / W * W;
-      units_.push_back(std::move(u));
-    };
     if (hooked) {
-      for (const auto& unit : g.units) {
-        for (int i : unit) in_block.at(static_cast<size_t>(i)) = true;
-        block_unit_.push_back(static_cast<int>(units_.size()));
-        add_unit(unit, /*resident=*/false);
-        LLMTRAIN_CHECK(block_unit_.back() < static_cast<int>(units_.size()),
-                       "FSDP: block {} has no trainable parameters", block_unit_.size() - 1);
-      }
+      check_plan(g);
+      for (const auto& plan : g.units) add_unit(g, decay, plan.params, plan.kind, plan.block, plan.held_through_step);
+    } else {
+      std::vector<int> all(g.params.size());
+      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+      add_unit(g, decay, all, UnitKind::head, -1, /*held=*/false);
+      if (!units_.empty()) units_.back().resident = true;
     }
-    std::vector<int> rest;
-    for (size_t i = 0; i < g.params.size(); ++i)
-      if (!in_block[i]) rest.push_back(static_cast<int>(i));
-    root_ = static_cast<int>(units_.size());
-    add_unit(rest, /*resident=*/!hooked);
-    if (root_ == static_cast<int>(units_.size())) root_ = -1;  // every parameter is in a block
-
-    torch::NoGradGuard no_grad;
-    const int64_t r = comm.rank();
-    for (auto& u : units_) {
-      const auto opts = torch::TensorOptions().dtype(u.dtype).device(u.params.front().device());
-      u.full = torch::zeros({u.numel}, opts);
-      for (size_t k = 0; k < u.params.size(); ++k) {
-        auto& p = u.params[k];
-        auto view = u.full.narrow(0, u.entries[k].offset, p.numel()).view(p.sizes());
-        view.copy_(p);
-        p.set_data(view);  // the parameter now lives in the unit's flat buffer
-      }
-      const int64_t n = u.numel / W, lo = r * n;
-      u.shard = u.full.narrow(0, lo, n).clone();
-      u.grad_shard = torch::zeros({n}, opts);
-      adam_.add_shard(u.shard, u.grad_shard, shard_ranges(u.entries, lo, n));  // shard i = unit i
-      u.gathered = true;
-      free(u);
-    }
+    for (auto& u : units_) init_buffers(u, o.param_dtype);
   }
 
   ~FsdpStrategy() override {
@@ -137,8 +97,9 @@ class FsdpStrategy final : public Strategy {
     // each block's backward ends, so no rank ever holds a full gradient for
     // longer than one block's backward.
     loss.backward();
-    // Units whose backward did not run through the block Functions (the root
-    // unit, unused blocks), in unit order: the same sequence on every rank.
+    // Units whose backward did not run through the Functions (the embedding,
+    // unused blocks, the one unit without hooks), in unit order: the same
+    // sequence on every rank.
     for (auto& u : units_) {
       if (!u.reduced) reduce(u);
       free(u);
@@ -204,36 +165,115 @@ class FsdpStrategy final : public Strategy {
     for (auto& u : units_) gather(u);
   }
 
-  // ---- called from the hooks and the autograd Functions ----
-  // With prefetch, the all-gather of the block that runs next starts as soon as
-  // the current block's parameters are ready, so it travels while the current
-  // block computes: forward, block i prefetches i+1 (the root's forward
-  // prefetches block 0); backward, block i prefetches i-1. Every rank issues
-  // the same sequence of collectives.
+  // ---- called from the hooks and the autograd Functions (k: a unit) ----
+  // With prefetch, the all-gather of the unit that runs next starts as soon as
+  // the current unit's parameters are ready, so it travels while the current
+  // unit computes: forward, unit k prefetches k+1 (units are in forward order:
+  // embedding, blocks, head); backward, block i prefetches block i-1. Every
+  // rank issues the same sequence of collectives.
   void before_forward() {
-    if (prefetch_ && !block_unit_.empty()) start_gather(block(0));
-    if (root_ >= 0) gather(units_[static_cast<size_t>(root_)]);
+    // What a forward without a backward (evaluation) or materialize_parameters
+    // left gathered.
+    for (auto& u : units_)
+      if (!u.resident) free(u);
+  }
+  torch::Tensor run_embedding(const std::function<torch::Tensor()>& body) {
+    if (embedding_ < 0) return body();
+    gather_for_forward(embedding_);
+    auto y = body();
+    release(embedding_);
+    return y;
   }
   torch::Tensor run_block(int64_t i, const torch::Tensor& x,
                           const std::function<torch::Tensor(const torch::Tensor&)>& body);
-  void gather_for_forward(int64_t i) {
-    gather(block(i));
-    if (prefetch_ && i + 1 < num_blocks()) start_gather(block(i + 1));
+  torch::Tensor before_head(const torch::Tensor& x);
+  void gather_for_forward(int64_t k) {
+    gather(unit(k));
+    if (prefetch_ && k + 1 < static_cast<int64_t>(units_.size())) start_gather(unit(k + 1));
   }
-  void gather_for_backward(int64_t i) {
-    gather(block(i));
-    if (prefetch_ && i > 0) start_gather(block(i - 1));
+  void gather_for_backward(int64_t k) {
+    gather(unit(k));
+    if (prefetch_ && k > 0 && unit(k - 1).kind == UnitKind::block) start_gather(unit(k - 1));
   }
-  void release(int64_t i) { free(block(i)); }
-  void reduce_and_release(int64_t i) {
-    auto& unit = block(i);
-    reduce(unit);
-    free(unit);
+  void release(int64_t k) {
+    if (!unit(k).held) free(unit(k));
+  }
+  void reduce_and_release(int64_t k) {
+    reduce(unit(k));
+    free(unit(k));
   }
 
  private:
-  int64_t num_blocks() const { return static_cast<int64_t>(block_unit_.size()); }
-  Unit& block(int64_t i) { return units_.at(static_cast<size_t>(block_unit_.at(static_cast<size_t>(i)))); }
+  Unit& unit(int64_t k) { return units_.at(static_cast<size_t>(k)); }
+
+  // The plan must cover every parameter once (a parameter left out would never
+  // be gathered or updated).
+  static void check_plan(const ParamGroups& g) {
+    std::vector<int> seen(g.params.size(), 0);
+    for (const auto& u : g.units)
+      for (int i : u.params) {
+        LLMTRAIN_CHECK(i >= 0 && i < static_cast<int>(g.params.size()),
+                       "FSDP: the sharding plan names parameter {}, the model has {}", i, g.params.size());
+        ++seen[static_cast<size_t>(i)];
+      }
+    for (size_t i = 0; i < seen.size(); ++i)
+      LLMTRAIN_CHECK(seen[i] == 1, "FSDP: parameter {} is in {} sharding units, expected 1", i, seen[i]);
+  }
+
+  void add_unit(const ParamGroups& g, const std::vector<bool>& decay, const std::vector<int>& idx, UnitKind kind,
+                int64_t block, bool held) {
+    Unit u;
+    u.kind = kind;
+    u.held = held;
+    for (int i : idx) {
+      const auto& p = g.params.at(static_cast<size_t>(i));
+      if (!p.requires_grad()) continue;
+      LLMTRAIN_CHECK(p.is_contiguous(), "FSDP: parameter {} is not contiguous", i);
+      if (u.params.empty()) u.dtype = p.scalar_type();
+      LLMTRAIN_CHECK(p.scalar_type() == u.dtype, "FSDP: a sharding unit mixes dtypes {} and {} (parameter {})",
+                     c10::toString(u.dtype), c10::toString(p.scalar_type()), i);
+      u.params.push_back(p);
+      u.entries.push_back({i, u.numel, p.numel(), decay.at(static_cast<size_t>(i))});
+      u.numel += p.numel();
+    }
+    LLMTRAIN_CHECK(!u.params.empty() || kind != UnitKind::block, "FSDP: block {} has no trainable parameters", block);
+    if (u.params.empty()) return;
+    const int W = comm_.world_size();
+    u.numel = (u.numel + W - 1) / W * W;
+    const int k = static_cast<int>(units_.size());
+    if (kind == UnitKind::block) block_unit_.push_back(k);
+    if (kind == UnitKind::embedding) embedding_ = k;
+    if (kind == UnitKind::head) head_ = k;
+    units_.push_back(std::move(u));
+  }
+
+  // The flat buffers of a unit. The fp32 values the parameters arrive with
+  // become the fp32 master shard where param_dtype stores them lower.
+  void init_buffers(Unit& u, torch::ScalarType param_dtype) {
+    torch::NoGradGuard no_grad;
+    const int64_t W = comm_.world_size(), r = comm_.rank();
+    const auto device = u.params.front().device();
+    const int64_t n = u.numel / W, lo = r * n;
+    auto values = torch::zeros({u.numel}, torch::TensorOptions().dtype(u.dtype).device(device));
+    for (size_t k = 0; k < u.params.size(); ++k)
+      values.narrow(0, u.entries[k].offset, u.params[k].numel()).copy_(u.params[k].reshape({-1}));
+    torch::Tensor master;
+    if (param_dtype != torch::kFloat && param_dtype != u.dtype) {
+      if (u.dtype == torch::kFloat) master = values.narrow(0, lo, n).clone();
+      u.dtype = param_dtype;
+      values = values.to(param_dtype);
+    }
+    u.full = values;
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      auto& p = u.params[k];
+      p.set_data(u.full.narrow(0, u.entries[k].offset, p.numel()).view(p.sizes()));  // lives in the flat buffer
+    }
+    u.shard = u.full.narrow(0, lo, n).clone();
+    u.grad_shard = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    adam_.add_shard(u.shard, u.grad_shard, shard_ranges(u.entries, lo, n), master);  // shard i = unit i
+    u.gathered = true;
+    free(u);
+  }
 
   // The unit's full parameters, ready to read: waits for its prefetch, or
   // gathers now.
@@ -276,14 +316,14 @@ class FsdpStrategy final : public Strategy {
   // exist at once.
   void reduce(Unit& u) {
     torch::NoGradGuard no_grad;
-    auto flat = torch::zeros({u.numel}, u.full.options());
+    auto flat = torch::zeros({u.numel}, u.full.options().dtype(reduce_dtype_));
     for (size_t k = 0; k < u.params.size(); ++k) {
       auto& p = u.params[k];
       if (p.grad().defined()) flat.narrow(0, u.entries[k].offset, p.numel()).copy_(p.grad().reshape({-1}));
       p.mutable_grad() = torch::Tensor();
     }
     complete_pending();
-    auto part = torch::empty_like(u.grad_shard);
+    auto part = torch::empty({u.grad_shard.numel()}, flat.options());
     pending_.unit = &u;
     pending_.flat = flat;
     pending_.part = part;
@@ -308,44 +348,44 @@ class FsdpStrategy final : public Strategy {
 
   Collectives& comm_;
   ShardedAdamW adam_;
-  bool hooked_;
   bool prefetch_;
-  std::vector<Unit> units_;
+  torch::ScalarType reduce_dtype_;
+  std::vector<Unit> units_;      // in forward order (the sharding plan's)
   std::vector<int> block_unit_;  // block index -> unit
-  int root_ = -1;
+  int embedding_ = -1, head_ = -1;
   std::shared_ptr<FsdpHooks> hooks_;
 };
 
-// Before the block: forward gathers its parameters (and prefetches the next
-// block's); backward (after every op of
-// the block, hence after its parameters' AccumulateGrad, which the engine runs
-// first) reduce-scatters their gradients and frees the full buffers.
+// Before a unit (a block; the head): forward gathers its parameters (and
+// prefetches the next unit's); backward (after every op of the unit, hence
+// after its parameters' AccumulateGrad, which the engine runs first)
+// reduce-scatters their gradients and frees the full buffers.
 struct GatherBefore : torch::autograd::Function<GatherBefore> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t self, int64_t block) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t self, int64_t unit) {
     ctx->saved_data["self"] = self;
-    ctx->saved_data["block"] = block;
-    reinterpret_cast<FsdpStrategy*>(self)->gather_for_forward(block);
+    ctx->saved_data["unit"] = unit;
+    reinterpret_cast<FsdpStrategy*>(self)->gather_for_forward(unit);
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     reinterpret_cast<FsdpStrategy*>(ctx->saved_data["self"].toInt())
-        ->reduce_and_release(ctx->saved_data["block"].toInt());
+        ->reduce_and_release(ctx->saved_data["unit"].toInt());
     return {grad[0], torch::Tensor(), torch::Tensor()};
   }
 };
 
-// After the block: forward frees the full parameters; backward (before the
+// After a block: forward frees the full parameters; backward (before the
 // block's backward) gathers them again (and prefetches the previous block's).
 struct GatherAfter : torch::autograd::Function<GatherAfter> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor y, int64_t self, int64_t block) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor y, int64_t self, int64_t unit) {
     ctx->saved_data["self"] = self;
-    ctx->saved_data["block"] = block;
-    reinterpret_cast<FsdpStrategy*>(self)->release(block);
+    ctx->saved_data["unit"] = unit;
+    reinterpret_cast<FsdpStrategy*>(self)->release(unit);
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     reinterpret_cast<FsdpStrategy*>(ctx->saved_data["self"].toInt())
-        ->gather_for_backward(ctx->saved_data["block"].toInt());
+        ->gather_for_backward(ctx->saved_data["unit"].toInt());
     return {grad[0], torch::Tensor(), torch::Tensor()};
   }
 };
@@ -355,8 +395,16 @@ torch::Tensor FsdpStrategy::run_block(int64_t i, const torch::Tensor& x,
   LLMTRAIN_CHECK(i >= 0 && i < static_cast<int64_t>(block_unit_.size()),
                  "FSDP: the model ran block {}, but {} blocks were sharded", i, block_unit_.size());
   const auto self = reinterpret_cast<int64_t>(this);
-  auto y = body(GatherBefore::apply(x, self, i));
-  return GatherAfter::apply(y, self, i);
+  const int64_t k = block_unit_[static_cast<size_t>(i)];
+  auto y = body(GatherBefore::apply(x, self, k));
+  return GatherAfter::apply(y, self, k);
+}
+
+// The head unit stays gathered from its forward to its backward, which follows
+// at once: only the Function before it.
+torch::Tensor FsdpStrategy::before_head(const torch::Tensor& x) {
+  if (head_ < 0) return x;
+  return GatherBefore::apply(x, reinterpret_cast<int64_t>(this), head_);
 }
 
 FsdpStrategy* FsdpHooks::live() const {
@@ -364,10 +412,14 @@ FsdpStrategy* FsdpHooks::live() const {
   return s_;
 }
 void FsdpHooks::before_forward() { live()->before_forward(); }
+torch::Tensor FsdpHooks::run_embedding(const std::function<torch::Tensor()>& body) {
+  return live()->run_embedding(body);
+}
 torch::Tensor FsdpHooks::run_block(int64_t i, const torch::Tensor& x,
                                    const std::function<torch::Tensor(const torch::Tensor&)>& body) {
   return live()->run_block(i, x, body);
 }
+torch::Tensor FsdpHooks::before_head(const torch::Tensor& x) { return live()->before_head(x); }
 
 }  // namespace
 

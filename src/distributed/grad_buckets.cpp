@@ -9,21 +9,24 @@
 namespace llmtrain {
 
 GradBuckets::GradBuckets(const std::vector<torch::Tensor>& params, const std::vector<bool>& decay,
-                         double bucket_bytes, Collectives& comm, Reduce reduce, bool flatten_params)
+                         double bucket_bytes, Collectives& comm, Reduce reduce, bool flatten_params,
+                         Precision precision)
     : comm_(comm), reduce_(reduce) {
+  const int64_t grad_size = c10::elementSize(precision.grad);
   const int64_t pad_to = reduce == Reduce::reduce_scatter ? comm.world_size() : 1;
   std::vector<BucketParam> sizes;
   for (size_t k = 0; k < params.size(); ++k) {
     const auto& p = params[k];
     LLMTRAIN_CHECK(!p.requires_grad() || p.is_contiguous(), "parameter {} is not contiguous", k);
-    sizes.push_back({p.numel(), static_cast<int>(p.element_size()), static_cast<int>(p.scalar_type()),
-                     p.requires_grad()});
+    // Buckets are cut by their gradients' bytes (the collectives' dtype), split where the parameters' dtype changes.
+    sizes.push_back({p.numel(), static_cast<int>(grad_size), static_cast<int>(p.scalar_type()), p.requires_grad()});
   }
   const BucketLayout layout = plan_bucket_layout(sizes, bucket_bytes, pad_to);
   for (const auto& lb : layout.buckets) {
     buckets_.emplace_back();
     buckets_.back().dtype = static_cast<torch::ScalarType>(lb.dtype);
-    buckets_.back().numel = lb.numel;
+    buckets_.back().grad_dtype = precision.grad;
+    buckets_.back().numel = lb.numel;  // padded to a multiple of pad_to
     buckets_.back().slots = lb.slots;
   }
   for (const auto& ls : layout.slots)
@@ -31,24 +34,38 @@ GradBuckets::GradBuckets(const std::vector<torch::Tensor>& params, const std::ve
   const auto device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
   torch::NoGradGuard no_grad;
   for (auto& b : buckets_) {
-    const auto opts = torch::TensorOptions().dtype(b.dtype).device(device);
-    b.grad = torch::zeros({b.numel}, opts);
-    if (reduce_ == Reduce::reduce_scatter) b.grad_shard = torch::zeros({b.numel / pad_to}, opts);
-    if (flatten_params) {
-      b.param = torch::zeros({b.numel}, opts);
-      for (int si : b.slots) {
-        auto& s = slots_[si];
-        auto view = b.param.narrow(0, s.offset, s.numel).view(s.param.sizes());
-        view.copy_(s.param);
-        s.param.set_data(view);  // the parameter now lives in the flat buffer
-      }
-    }
+    const auto grad_opts = torch::TensorOptions().dtype(b.grad_dtype).device(device);
+    b.grad = torch::zeros({b.numel}, grad_opts);
+    if (reduce_ == Reduce::reduce_scatter) b.grad_shard = torch::zeros({b.numel / pad_to}, grad_opts);
+    if (flatten_params) flatten(b, precision.param, device);
   }
   point_grads_at_buckets();
   for (size_t i = 0; i < slots_.size(); ++i) {
     const int si = static_cast<int>(i);
     hook_ids_.push_back(slots_[i].param.register_hook([this, si](const torch::Tensor& g) { on_grad(si, g); }));
   }
+}
+
+// The bucket's parameters into one flat buffer, stored in `param_dtype`
+// (float32: their own); rounded below fp32, their fp32 values stay in
+// master_init for the optimizer's master copy.
+void GradBuckets::flatten(Bucket& b, torch::ScalarType param_dtype, torch::Device device) {
+  auto values = torch::zeros({b.numel}, torch::TensorOptions().dtype(b.dtype).device(device));
+  for (int si : b.slots) values.narrow(0, slots_[si].offset, slots_[si].numel).copy_(slots_[si].param.reshape({-1}));
+  if (param_dtype != torch::kFloat && param_dtype != b.dtype) {
+    if (b.dtype == torch::kFloat) b.master_init = values;
+    values = values.to(param_dtype);
+    b.dtype = param_dtype;
+  }
+  b.param = values;
+  for (int si : b.slots) {
+    auto& s = slots_[si];
+    s.param.set_data(b.param.narrow(0, s.offset, s.numel).view(s.param.sizes()));  // lives in the flat buffer
+  }
+}
+
+void GradBuckets::release_master_init() {
+  for (auto& b : buckets_) b.master_init = torch::Tensor();
 }
 
 GradBuckets::~GradBuckets() {

@@ -4,8 +4,11 @@
 // ZeRO-1's reduce-scatter).
 //
 // Layout (bucket_layout.hpp, which the performance model reads too): parameters in reverse forward order (backward produces the last
-// layers' gradients first), cut into buckets of about `bucket_bytes`, split
-// where the dtype changes. Each bucket is padded to a multiple of `pad_to`
+// layers' gradients first), cut into buckets of about `bucket_bytes` of
+// gradient, split where the dtype changes. Parameters are stored in
+// Precision::param (float32: as given) and gradients in Precision::grad, the
+// dtype of the collectives: with bf16 parameters and fp32 gradients, autograd's
+// bf16 gradients are accumulated into fp32 buckets (Megatron's main_grad). Each bucket is padded to a multiple of `pad_to`
 // (world size for reduce-scatter, so rank r owns [r*n/W, (r+1)*n/W); with
 // allreduce every rank owns the whole bucket).
 //
@@ -45,7 +48,9 @@ class GradBuckets {
     bool decay = true;
   };
   struct Bucket {
-    torch::ScalarType dtype = torch::kFloat;
+    torch::ScalarType dtype = torch::kFloat;       // the parameters'
+    torch::ScalarType grad_dtype = torch::kFloat;  // the gradients' and the collectives'
+    torch::Tensor master_init;  // (numel,) fp32: the values before param_dtype rounded them (flattened, 16-bit)
     int64_t numel = 0;        // padded
     torch::Tensor grad;       // (numel,) the local sum, then (allreduce) the average
     torch::Tensor grad_shard; // (numel / world,) reduce_scatter: this rank's averaged shard
@@ -56,10 +61,17 @@ class GradBuckets {
     std::unique_ptr<CommWork> work;
   };
 
+  struct Precision {
+    torch::ScalarType param = torch::kFloat;  // float32: the parameters' own dtype
+    torch::ScalarType grad = torch::kFloat;   // the gradient buckets' (reduce_dtype)
+  };
   // `flatten_params`: the parameters' storage moves into bucket.param (values
-  // kept), so an all-gather into bucket.param updates the model.
+  // kept, in precision.param), so an all-gather into bucket.param updates the
+  // model.
   GradBuckets(const std::vector<torch::Tensor>& params, const std::vector<bool>& decay, double bucket_bytes,
-              Collectives& comm, Reduce reduce, bool flatten_params);
+              Collectives& comm, Reduce reduce, bool flatten_params, Precision precision);
+  // Drops the buckets' master_init (once the optimizer has taken it).
+  void release_master_init();
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
@@ -85,6 +97,7 @@ class GradBuckets {
   }
 
  private:
+  void flatten(Bucket& b, torch::ScalarType param_dtype, torch::Device device);
   void on_grad(int slot, const torch::Tensor& grad);
   void launch_ready();
   void launch(Bucket& b);

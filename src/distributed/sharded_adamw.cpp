@@ -37,7 +37,8 @@ void broadcast_params(const std::vector<torch::Tensor>& params, Collectives& com
   }
 }
 
-size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vector<ShardRange> ranges) {
+size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vector<ShardRange> ranges,
+                               torch::Tensor master_init) {
   torch::NoGradGuard no_grad;
   LLMTRAIN_CHECK(param.dim() == 1 && grad.dim() == 1 && param.numel() == grad.numel(),
                  "sharded AdamW: shard of {} parameters with {} gradient elements", param.numel(), grad.numel());
@@ -45,7 +46,13 @@ size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vec
   const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(param.device());
   s.param = param;
   s.grad = grad;
-  if (param.scalar_type() != torch::kFloat) s.master = param.to(torch::kFloat);
+  if (param.scalar_type() != torch::kFloat) {
+    LLMTRAIN_CHECK(!master_init.defined() || (master_init.scalar_type() == torch::kFloat &&
+                                              master_init.numel() == param.numel()),
+                   "sharded AdamW: the master copy of a shard of {} parameters is not {} fp32 values",
+                   param.numel(), param.numel());
+    s.master = master_init.defined() ? master_init.contiguous() : param.to(torch::kFloat);
+  }
   s.exp_avg = torch::zeros({param.numel()}, fp32);
   s.exp_avg_sq = torch::zeros({param.numel()}, fp32);
   s.ranges = std::move(ranges);
@@ -56,7 +63,8 @@ size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vec
 double ShardedAdamW::grad_norm() {
   double sq = 0;
   for (const auto& s : shards_) {
-    const double n = s.grad.norm().item<double>();
+    // A 16-bit gradient's norm in fp32: bf16 would keep 3 digits of it.
+    const double n = (s.grad.scalar_type() == torch::kFloat ? s.grad : s.grad.to(torch::kFloat)).norm().item<double>();
     sq += n * n;
   }
   if (sharding_ == Sharding::replicated) return std::sqrt(sq);  // identical on every rank: no traffic

@@ -64,9 +64,13 @@ class ShardedAdamW {
       : hyper_(hyper), comm_(comm), sharding_(sharding) {}
 
   // One shard: `param` (n,) this rank's parameters (a view into a flat buffer,
-  // or a tensor of its own), `grad` (n,) its averaged gradient (same dtype).
+  // or a tensor of its own), `grad` (n,) its averaged gradient (any float
+  // dtype; the update reads it in fp32). Where `param` is below fp32 the shard
+  // keeps an fp32 master copy: `master_init` (n,) fp32 when given (the values
+  // before they were rounded to param's dtype), else param's values.
   // Returns the shard's index.
-  size_t add_shard(torch::Tensor param, torch::Tensor grad, std::vector<ShardRange> ranges);
+  size_t add_shard(torch::Tensor param, torch::Tensor grad, std::vector<ShardRange> ranges,
+                   torch::Tensor master_init = {});
 
   // Global L2 norm of the gradient: the norm of each shard, their squares
   // summed in double, then over ranks (one allreduce; none when replicated,

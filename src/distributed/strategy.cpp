@@ -29,6 +29,8 @@ StrategyOptions StrategyOptions::from_config(const Config& c) {
   o.kind = c.strategy();
   o.bucket_bytes = c.ddp_bucket_mb * 1024.0 * 1024.0;
   o.fsdp_prefetch = c.fsdp_prefetch;
+  o.param_dtype = c.param_dtype == ParamDtype::bfloat16 ? torch::kBFloat16 : torch::kFloat;
+  o.reduce_dtype = c.reduce_dtype == ReduceDtype::bfloat16 ? torch::kBFloat16 : torch::kFloat;
   o.adamw.beta1 = c.beta1;
   o.adamw.beta2 = c.beta2;
   o.adamw.weight_decay = c.weight_decay;
@@ -40,15 +42,20 @@ namespace {
 // Each bucket becomes one shard of the AdamW: this rank's shard of it (all of
 // it under DDP's allreduce, 1/world of it under ZeRO-1's reduce-scatter), its
 // parameters' ranges in it and their decay flags.
-void add_bucket_shards(const GradBuckets& buckets, ShardedAdamW& adam) {
+void add_bucket_shards(GradBuckets& buckets, ShardedAdamW& adam) {
   const auto& slots = buckets.slots();
   for (const auto& b : buckets.buckets()) {
     std::vector<FlatEntry> entries;
     for (int si : b.slots) entries.push_back({slots[si].index, slots[si].offset, slots[si].numel, slots[si].decay});
     const int64_t lo = buckets.shard_begin(b), n = buckets.shard_numel(b);
-    adam.add_shard(b.param.narrow(0, lo, n), buckets.shard_grad(b), shard_ranges(entries, lo, n));
+    // Parameters stored below fp32: the master copy starts from their fp32 values.
+    auto master = b.master_init.defined() ? b.master_init.narrow(0, lo, n).clone() : torch::Tensor();
+    adam.add_shard(b.param.narrow(0, lo, n), buckets.shard_grad(b), shard_ranges(entries, lo, n), master);
   }
+  buckets.release_master_init();
 }
+
+GradBuckets::Precision bucket_precision(const StrategyOptions& o) { return {o.param_dtype, o.reduce_dtype}; }
 
 // ---- plain data parallel ---------------------------------------------------------
 // The distributed optimizer with a shard group of one (Megatron's DDP): buckets
@@ -63,7 +70,7 @@ class DdpStrategy final : public Strategy {
       : params_(g.params),
         // Rank 0's values reach every rank before the buckets copy them.
         buckets_((broadcast_params(g.params, comm), g.params), decay_flags(g), o.bucket_bytes, comm,
-                 GradBuckets::Reduce::allreduce, /*flatten_params=*/true),
+                 GradBuckets::Reduce::allreduce, /*flatten_params=*/true, bucket_precision(o)),
         adam_(o.adamw, comm, ShardedAdamW::Sharding::replicated) {
     add_bucket_shards(buckets_, adam_);
   }
@@ -114,7 +121,7 @@ class Zero1Strategy final : public Strategy {
   Zero1Strategy(const StrategyOptions& o, const ParamGroups& g, Collectives& comm)
       : comm_(comm),
         buckets_((broadcast_params(g.params, comm), g.params), decay_flags(g), o.bucket_bytes, comm,
-                 GradBuckets::Reduce::reduce_scatter, /*flatten_params=*/true),
+                 GradBuckets::Reduce::reduce_scatter, /*flatten_params=*/true, bucket_precision(o)),
         adam_(o.adamw, comm) {
     add_bucket_shards(buckets_, adam_);
   }

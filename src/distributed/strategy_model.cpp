@@ -1,14 +1,13 @@
 // make_strategy for the Transformer: its parameters in registration order, the
-// no-decay group and the blocks (FSDP units). A file of its own so that code
+// no-decay group and the sharding plan (FSDP units). A file of its own so that code
 // using only the ParamGroups form does not link the model.
-#include <unordered_map>
-
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "distributed/fsdp.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/strategy.hpp"
+#include "llmtrain/model/params.hpp"
 
 namespace llmtrain {
 
@@ -22,15 +21,18 @@ std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, Transfor
   LLMTRAIN_CHECK(static_cast<int64_t>(decay.size() + g.no_decay.size()) == trainable,
                  "model: {} decay + {} no-decay parameters do not cover its {} trainable parameters",
                  decay.size(), g.no_decay.size(), trainable);
-  std::unordered_map<const void*, int> index;
-  for (size_t i = 0; i < g.params.size(); ++i) index[g.params[i].unsafeGetTensorImpl()] = static_cast<int>(i);
-  for (const auto& block : model->blocks()) {
-    std::vector<int> unit;
-    for (const auto& p : block->parameters()) unit.push_back(index.at(p.unsafeGetTensorImpl()));
-    g.units.push_back(std::move(unit));
-  }
+  // The sharding plan names parameters by their place in the parameter table,
+  // which is the module's registration order (checked here by name).
+  const auto table = parameter_table(model->config());
+  const auto named = model->named_parameters();
+  LLMTRAIN_CHECK(named.size() == table.size() && named.size() == g.params.size(),
+                 "model: {} parameters, the parameter table {}", named.size(), table.size());
+  for (size_t i = 0; i < table.size(); ++i)
+    LLMTRAIN_CHECK(named[i].key() == table[i].name, "model: parameter {} is '{}', the parameter table says '{}'", i,
+                   named[i].key(), table[i].name);
+  g.units = fsdp_sharding_plan(model->config());
   if (options.kind == StrategyOptions::Kind::fsdp) {
-    // Blocks are sharded; the model gathers them through hooks it knows only
+    // Units are sharded; the model gathers them through hooks it knows only
     // as ForwardHooks.
     std::shared_ptr<ForwardHooks> hooks;
     auto s = make_fsdp_strategy(options, g, comm, &hooks);

@@ -81,13 +81,18 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
   LLMTRAIN_CHECK(T <= cfg_.block_size, "sequence length {} exceeds block_size = {}", T, cfg_.block_size);
   if (p.hooks) p.hooks->before_forward();
-  auto x = p.wte(idx);  // (B, T, C)
-  if (p.wpe) x = x + p.wpe->weight.narrow(0, 0, T);  // positions 0..T-1: (T, C) broadcast
+  auto embed = [&] {
+    auto e = p.wte(idx);                               // (B, T, C)
+    if (p.wpe) e = e + p.wpe->weight.narrow(0, 0, T);  // positions 0..T-1: (T, C) broadcast
+    return e;
+  };
+  auto x = p.hooks ? p.hooks->run_embedding(embed) : embed();
   if (cfg_.dropout > 0 && is_training()) x = at::dropout(x, cfg_.dropout, true);
   for (size_t i = 0; i < p.h.size(); ++i) {
     const auto body = block_body(static_cast<int64_t>(i));
     x = p.hooks ? p.hooks->run_block(static_cast<int64_t>(i), x, body) : body(x);
   }
+  if (p.hooks) x = p.hooks->before_head(x);
   return p.ln_f(x);
 }
 

@@ -4,8 +4,8 @@
 #include <map>
 
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/distributed/sharding_plan.hpp"
 #include "llmtrain/model/activations.hpp"
-#include "llmtrain/model/params.hpp"
 
 namespace llmtrain {
 
@@ -21,19 +21,12 @@ std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, ComputeDtype d
 
   MemoryEstimate ddp{StrategyKind::ddp, P * e, P * e, P * opt_per_param, act};
   MemoryEstimate zero1{StrategyKind::zero1, P * e, P * e, P * opt_per_param / W, act};
-  // FSDP units: one per block, the token embedding (+ positions), and the
-  // final norm with the LM head (as torchtitan wraps LLaMA).
+  // FSDP units: the plan the strategy shards by (distributed/sharding_plan.hpp).
   // Each rank keeps 1/W of everything, plus the gathered weights of the unit in
   // use and the next (prefetched) one, and the full gradients of one unit
   // before its reduce-scatter: sized by the largest unit.
-  double blocks = 0, embeddings = 0, head_and_final_norm = 0;
-  for (const auto& p : parameter_table(m)) {
-    const double n = static_cast<double>(p.numel());
-    if (p.block >= 0) blocks += n;
-    else if (p.group == ParamGroup::embedding || p.group == ParamGroup::position) embeddings += n;
-    else head_and_final_norm += n;
-  }
-  const double unit = std::max({blocks / static_cast<double>(m.n_layer), embeddings, head_and_final_norm});
+  double unit = 0;
+  for (const auto& u : fsdp_sharding_plan(m)) unit = std::max(unit, static_cast<double>(u.numel));
   MemoryEstimate fsdp{StrategyKind::fsdp, P * e / W + (W > 1 ? 2 * unit * e : 0.0), P * e / W + (W > 1 ? unit * e : 0.0),
                       P * opt_per_param / W, act};
   return {ddp, zero1, fsdp};

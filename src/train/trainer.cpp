@@ -151,8 +151,12 @@ struct Trainer::Impl {
     env.threads_per_rank = rt.num_threads();
     env.attention_backend_used = to_string(model->attention_backend_used());
     env.attention_kernel = model->attention_kernel_used();
-    env.precision = fmt::format("{}{}; {}", to_string(cfg.dtype),
-                                scaler.enabled() ? " with dynamic loss scaling" : "", tf32);
+    env.precision = fmt::format("{}{}; {}{}{}", to_string(cfg.dtype),
+                                scaler.enabled() ? " with dynamic loss scaling" : "", tf32,
+                                cfg.param_dtype == ParamDtype::bfloat16
+                                    ? "; bfloat16 parameters and gradients, fp32 master weights"
+                                    : "",
+                                cfg.reduce_dtype == ReduceDtype::bfloat16 ? "; bfloat16 gradient reductions" : "");
     env.parallelism = fmt::format("{} over {} ({} B optimizer state on rank 0)", strategy->name(), comm->name(),
                                   strategy->optimizer_state_bytes());
     run_log = std::make_unique<RunLog>(cfg.out_dir, rt.is_root());

@@ -12,6 +12,7 @@
 #include "distributed/fused_adamw.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/transformer.hpp"
+#include "llmtrain/train/precision.hpp"
 #include "test_util.hpp"
 
 namespace llmtrain {
@@ -389,72 +390,77 @@ TEST(Strategy, FsdpBf16ParametersUseFp32MasterLikeZero1) {
         << "parameter " << i << " differs by " << (zero[i] - fsdp[i]).abs().max().item<float>();
 }
 
-// The Transformer with its blocks sharded (gathered per block in forward and
-// again in backward, gradients reduce-scattered per block): W ranks x
-// accumulation 2 equal DDP, parameter and gradient norms, with clipping active.
-// Parameter counts per block (and root) do not divide 2 or 3. Memory: what FSDP
-// keeps between iterations is 1/W of DDP's (plus padding).
+// The Transformer through a strategy: W ranks x accumulation 2, clipping
+// active; its parameters (materialized), gradient norms and persistent bytes.
+struct TransformerRun {
+  std::vector<torch::Tensor> params;
+  std::vector<double> norms;
+  int64_t persistent = 0, optimizer = 0;
+};
+constexpr int kTfSteps = 3, kTfAccum = 2;
+TransformerRun run_transformer(const ModelConfig& mc, Collectives& c, Config cfg, bool autocast_bf16 = false) {
+  const int W = c.world_size(), r = c.rank();
+  Transformer model(mc);
+  model->init_weights(r == 0 ? 1 : 60 + r);
+  auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(cfg), model, c);
+  TransformerRun res;
+  res.optimizer = strategy->optimizer_state_bytes();
+  for (int it = 0; it < kTfSteps; ++it) {
+    torch::manual_seed(700 + it);
+    auto d = torch::randint(0, mc.vocab_size, {kTfAccum * W, mc.block_size + 1}, torch::kLong);  // (A*W, T+1)
+    for (int m = 0; m < kTfAccum; ++m) {
+      auto x = d.narrow(0, r * kTfAccum + m, 1);
+      AutocastGuard autocast(torch::kCPU, autocast_bf16 ? torch::kBFloat16 : torch::kFloat);
+      auto loss = model->loss(x.narrow(1, 0, mc.block_size), x.narrow(1, 1, mc.block_size)) / kTfAccum;
+      strategy->backward(loss, m + 1 == kTfAccum);
+    }
+    strategy->finish_gradients();
+    const double norm = strategy->grad_norm();
+    res.norms.push_back(norm);
+    strategy->step(cfg.learning_rate, clip_coef(norm, cfg.grad_clip));
+    if (it == 0) res.persistent = strategy->persistent_state_bytes();
+  }
+  strategy->materialize_parameters();
+  for (auto& p : model->parameters()) res.params.push_back(p.detach().clone());
+  return res;
+}
+
+// FSDP (units gathered in forward and again in backward, gradients
+// reduce-scattered per unit) equals DDP: parameter and gradient norms.
+// Memory: what FSDP keeps between iterations is 1/W of DDP's (plus padding).
+void expect_fsdp_equals_ddp(const ModelConfig& mc, Collectives& c, bool prefetch) {
+  auto cfg = config(kTfAccum);
+  cfg.fsdp_prefetch = prefetch;
+  const auto ddp = run_transformer(mc, c, cfg);
+  cfg.use_fsdp = true;
+  const auto fsdp = run_transformer(mc, c, cfg);
+  ASSERT_GT(ddp.norms[0], cfg.grad_clip);  // clipping was active
+  for (size_t i = 0; i < ddp.norms.size(); ++i) EXPECT_NEAR(fsdp.norms[i], ddp.norms[i], 1e-5 * ddp.norms[i]);
+  ASSERT_EQ(ddp.params.size(), fsdp.params.size());
+  for (size_t i = 0; i < ddp.params.size(); ++i)
+    EXPECT_TRUE(torch::allclose(ddp.params[i], fsdp.params[i], 1e-4, 1e-2 * cfg.learning_rate))
+        << "parameter " << i << " differs by " << (ddp.params[i] - fsdp.params[i]).abs().max().item<float>();
+  // DDP: 16 bytes per parameter (fp32 value, gradient, two moments). FSDP: the
+  // same per shard element, each unit padded to a multiple of W (L + 2 units).
+  const int64_t N = mc.num_params(), W = c.world_size();
+  EXPECT_EQ(ddp.persistent, 16 * N);
+  EXPECT_GE(fsdp.persistent, 16 * N / W);
+  EXPECT_LE(fsdp.persistent, 16 * ((N + W - 1) / W + mc.n_layer + 2));
+}
+
+// Parameter counts per unit do not divide 2 or 3.
 TEST(Strategy, TransformerFsdpEqualsDdpAndShardsMemory) {
   // FSDP's reduce-scatters (one in flight) and prefetched gathers run async:
   // both MPI ways, with and without prefetch.
   for (auto mode : {MpiAsync::nonblocking, MpiAsync::comm_thread})
   for (bool prefetch : {true, false}) {
-  SCOPED_TRACE(fmt::format("{} prefetch {}", mode == MpiAsync::nonblocking ? "nonblocking" : "comm thread", prefetch));
-  auto c = make_collectives(testing::runtime(), torch::kCPU, mode);
-  const int W = c->world_size(), r = c->rank();
-  ModelConfig mc;
-  mc.vocab_size = mc.padded_vocab = 37;
-  mc.block_size = 16;
-  mc.n_layer = 3, mc.n_head = 2, mc.n_kv_head = 1, mc.n_embd = 14, mc.head_dim = 8, mc.ffn_hidden = 29;
-  constexpr int kSteps = 3, kAccum = 2;
-  auto data = [&](int it) {
-    torch::manual_seed(700 + it);
-    return torch::randint(0, mc.vocab_size, {kAccum * W, mc.block_size + 1}, torch::kLong);  // (A*W, T+1)
-  };
-  struct Result {
-    std::vector<torch::Tensor> params;
-    std::vector<double> norms;
-    int64_t persistent = 0;
-  };
-  auto run = [&](bool fsdp) {
-    auto cfg = config(kAccum);
-    cfg.use_fsdp = fsdp;
-    cfg.fsdp_prefetch = prefetch;
-    Transformer model(mc);
-    model->init_weights(r == 0 ? 1 : 60 + r);
-    auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(cfg), model, *c);
-    Result res;
-    for (int it = 0; it < kSteps; ++it) {
-      auto d = data(it);
-      for (int m = 0; m < kAccum; ++m) {
-        auto x = d.narrow(0, r * kAccum + m, 1);
-        auto loss = model->loss(x.narrow(1, 0, mc.block_size), x.narrow(1, 1, mc.block_size)) / kAccum;
-        strategy->backward(loss, m + 1 == kAccum);
-      }
-      strategy->finish_gradients();
-      const double norm = strategy->grad_norm();
-      res.norms.push_back(norm);
-      strategy->step(cfg.learning_rate, clip_coef(norm, cfg.grad_clip));
-      if (it == 0) res.persistent = strategy->persistent_state_bytes();
-    }
-    strategy->materialize_parameters();
-    for (auto& p : model->parameters()) res.params.push_back(p.detach().clone());
-    return res;
-  };
-  const auto ddp = run(false);
-  const auto fsdp = run(true);
-  ASSERT_GT(ddp.norms[0], config(kAccum).grad_clip);  // clipping was active
-  for (size_t i = 0; i < ddp.norms.size(); ++i) EXPECT_NEAR(fsdp.norms[i], ddp.norms[i], 1e-5 * ddp.norms[i]);
-  ASSERT_EQ(ddp.params.size(), fsdp.params.size());
-  for (size_t i = 0; i < ddp.params.size(); ++i)
-    EXPECT_TRUE(torch::allclose(ddp.params[i], fsdp.params[i], 1e-4, 1e-2 * config(kAccum).learning_rate))
-        << "parameter " << i << " differs by " << (ddp.params[i] - fsdp.params[i]).abs().max().item<float>();
-  // DDP: 16 bytes per parameter (fp32 value, gradient, two moments). FSDP: the
-  // same per shard element, each unit padded to a multiple of W (4 units).
-  const int64_t N = mc.num_params();
-  EXPECT_EQ(ddp.persistent, 16 * N);
-  EXPECT_GE(fsdp.persistent, 16 * N / W);
-  EXPECT_LE(fsdp.persistent, 16 * ((N + W - 1) / W + 4));
+    SCOPED_TRACE(fmt::format("{} prefetch {}", mode == MpiAsync::nonblocking ? "nonblocking" : "comm thread", prefetch));
+    auto c = make_collectives(testing::runtime(), torch::kCPU, mode);
+    ModelConfig mc;
+    mc.vocab_size = mc.padded_vocab = 37;
+    mc.block_size = 16;
+    mc.n_layer = 3, mc.n_head = 2, mc.n_kv_head = 1, mc.n_embd = 14, mc.head_dim = 8, mc.ffn_hidden = 29;
+    expect_fsdp_equals_ddp(mc, *c, prefetch);
   }
 }
 
@@ -511,6 +517,99 @@ TEST(Strategy, ActivationCheckpointingKeepsEveryGradientForEachFamilyAndStrategy
   }
 }
 
+// GPT-2's tied table (wte is the LM head): the embedding unit owns it and stays
+// gathered until the end of the backward; learned positions join it.
+ModelConfig tiny_gpt2_shape() {
+  ModelConfig mc;
+  mc.vocab_size = mc.padded_vocab = 37;
+  mc.block_size = 16;
+  mc.n_layer = 2, mc.n_head = 2, mc.n_kv_head = 2, mc.n_embd = 14, mc.head_dim = 7, mc.ffn_hidden = 29;
+  mc.norm = NormKind::layernorm;
+  mc.ffn = FfnKind::gelu;
+  mc.pos_encoding = PosEncoding::learned;
+  mc.bias = true;
+  mc.tie_embeddings = true;
+  return mc;
+}
+TEST(Strategy, TransformerFsdpWithTiedEmbeddingsEqualsDdp) {
+  auto c = comm();
+  for (bool prefetch : {true, false}) {
+    SCOPED_TRACE(fmt::format("prefetch {}", prefetch));
+    expect_fsdp_equals_ddp(tiny_gpt2_shape(), *c, prefetch);
+  }
+}
+
+// param_dtype=bfloat16 under bf16 autocast, every strategy: the model's
+// parameters are bf16, AdamW keeps fp32 masters (12 bytes per element of its
+// shards: master + moments), the saved weights are those masters, and training
+// follows the fp32-parameter run: its update differs from fp32's by a small
+// part of the update itself (a strategy whose master or gradients went wrong
+// would not). reduce_dtype=bfloat16 as well.
+TEST(Strategy, Bf16ParametersKeepFp32MastersAndTrackFp32ForEveryStrategy) {
+  auto c = comm();
+  const int64_t W = c->world_size();
+  ModelConfig mc;
+  mc.vocab_size = mc.padded_vocab = 37;
+  mc.block_size = 16;
+  mc.n_layer = 2, mc.n_head = 2, mc.n_kv_head = 1, mc.n_embd = 16, mc.head_dim = 8, mc.ffn_hidden = 32;
+  Transformer init(mc);
+  init->init_weights(1);
+  const auto start = init->parameters();
+  for (auto kind : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::fsdp})
+  for (auto reduce : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(fmt::format("{} reduce {}", to_string(kind), c10::toString(reduce)));
+    auto cfg = config(kTfAccum);
+    cfg.use_zero1 = kind == StrategyKind::zero1;
+    cfg.use_fsdp = kind == StrategyKind::fsdp;
+    const auto ref = run_transformer(mc, *c, cfg, /*autocast_bf16=*/true);
+    cfg.param_dtype = ParamDtype::bfloat16;
+    cfg.reduce_dtype = reduce == torch::kBFloat16 ? ReduceDtype::bfloat16 : ReduceDtype::float32;
+    const auto bf16 = run_transformer(mc, *c, cfg, /*autocast_bf16=*/true);
+    const int64_t N = mc.num_params();
+    if (kind == StrategyKind::ddp) EXPECT_EQ(bf16.optimizer, 12 * N);
+    else EXPECT_LE(bf16.optimizer, 12 * ((N + W - 1) / W + mc.n_layer + 2));
+    EXPECT_EQ(ref.optimizer * 3, bf16.optimizer * 2);  // fp32 parameters are their own master
+    double moved = 0, off = 0;
+    for (size_t i = 0; i < ref.params.size(); ++i) {
+      EXPECT_EQ(bf16.params[i].scalar_type(), torch::kBFloat16);
+      moved += (ref.params[i] - start[i]).pow(2).sum().item<double>();
+      off += (bf16.params[i].to(torch::kFloat) - ref.params[i]).pow(2).sum().item<double>();
+    }
+    EXPECT_GT(moved, 0);
+    EXPECT_LT(std::sqrt(off / moved), 0.25) << "bf16 parameters moved " << std::sqrt(off / moved)
+                                            << " of the fp32 update away from it";
+    for (size_t i = 0; i < ref.norms.size(); ++i) EXPECT_NEAR(bf16.norms[i], ref.norms[i], 0.05 * ref.norms[i]);
+  }
+}
+
+// The weights a checkpoint saves under param_dtype=bfloat16 are the fp32
+// masters, made from the fp32 initial values (not from their bf16 rounding),
+// which the bf16 parameters are rounded from.
+TEST(Strategy, Bf16ParametersSaveFp32Masters) {
+  auto c = comm();
+  ModelConfig mc;
+  mc.vocab_size = mc.padded_vocab = 37;
+  mc.block_size = 16;
+  mc.n_layer = 2, mc.n_head = 2, mc.n_kv_head = 1, mc.n_embd = 16, mc.head_dim = 8, mc.ffn_hidden = 32;
+  auto cfg = config(1);
+  cfg.param_dtype = ParamDtype::bfloat16;
+  Transformer model(mc);
+  model->init_weights(1);
+  Transformer fp32(mc);
+  fp32->init_weights(1);
+  cfg.use_fsdp = true;
+  auto fsdp = make_strategy(llmtrain::StrategyOptions::from_config(cfg), model, *c);
+  fsdp->materialize_parameters();
+  const auto params = model->parameters(), exact = fp32->parameters();
+  // The masters start from the fp32 values, not from their bf16 rounding.
+  for (const auto& sl : fsdp->save_slices(StateTensor::weights)) {
+    ASSERT_EQ(sl.values.scalar_type(), torch::kFloat);
+    const auto want = exact[static_cast<size_t>(sl.param)].detach().reshape({-1}).narrow(0, sl.offset, sl.values.numel());
+    EXPECT_TRUE(torch::equal(sl.values, want)) << "parameter " << sl.param;
+    const auto held = params[static_cast<size_t>(sl.param)].detach().reshape({-1}).narrow(0, sl.offset, sl.values.numel());
+    EXPECT_TRUE(torch::equal(sl.values.to(torch::kBFloat16), held)) << "parameter " << sl.param;
+  }
+}
 // Passes every collective on and logs it ("ag" all-gather, "rs" reduce-scatter,
 // "ar" allreduce, "bc" broadcast) in the order it was issued.
 class RecordingCollectives final : public Collectives {
@@ -546,6 +645,8 @@ class RecordingHooks final : public ForwardHooks {
  public:
   RecordingHooks(std::shared_ptr<ForwardHooks> inner, std::vector<std::string>& log) : in_(std::move(inner)), log_(log) {}
   void before_forward() override { in_->before_forward(); }
+  torch::Tensor run_embedding(const std::function<torch::Tensor()>& body) override { return in_->run_embedding(body); }
+  torch::Tensor before_head(const torch::Tensor& x) override { return in_->before_head(x); }
   torch::Tensor run_block(int64_t i, const torch::Tensor& x,
                           const std::function<torch::Tensor(const torch::Tensor&)>& body) override {
     return in_->run_block(i, x, [&, i](const torch::Tensor& h) {
@@ -564,9 +665,9 @@ class RecordingHooks final : public ForwardHooks {
   std::vector<std::string>& log_;
 };
 
-// Prefetch: block i+1's all-gather is issued before block i computes in
-// forward (the root's forward issues block 0's), block i-1's before block i's
-// backward; without it each gather comes right before its block. The same
+// Prefetch: unit k+1's all-gather is issued before unit k computes in
+// forward (the embedding's issues block 0's), block i-1's before block i's
+// backward; without it each gather comes right before its unit. The same
 // sequence on every rank (the test runs at 2 and 3 ranks), and the same loss.
 TEST(Strategy, FsdpPrefetchIssuesTheNextBlocksGatherBeforeTheCurrentBlockComputes) {
   auto c = comm();
@@ -596,12 +697,15 @@ TEST(Strategy, FsdpPrefetchIssuesTheNextBlocksGatherBeforeTheCurrentBlockCompute
     return s;
   };
   double with = 0, without = 0;
-  // forward: block 0 (prefetched by the root), the root, block 1 ... ; backward:
-  // block 2 (gathered), block 1 (prefetched) ...; the root's reduce-scatter last.
+  // Units in forward order: embedding, blocks 0-2, head. Forward: the
+  // embedding (gathered), block 0 (prefetched by the embedding), block 1 ...,
+  // the head (prefetched by block 2); backward: the head's reduce-scatter,
+  // block 2 (gathered), block 1 (prefetched) ...; the embedding's
+  // reduce-scatter last (its backward reads no weights: never gathered again).
   EXPECT_EQ(run(true, &with),
-            "ag, ag, ag, fwd 0, ag, fwd 1, fwd 2, |, ag, ag, bwd 2, rs, ag, bwd 1, rs, bwd 0, rs, rs");
+            "ag, ag, ag, fwd 0, ag, fwd 1, ag, fwd 2, |, rs, ag, ag, bwd 2, rs, ag, bwd 1, rs, bwd 0, rs, rs");
   EXPECT_EQ(run(false, &without),
-            "ag, ag, fwd 0, ag, fwd 1, ag, fwd 2, |, ag, bwd 2, rs, ag, bwd 1, rs, ag, bwd 0, rs, rs");
+            "ag, ag, fwd 0, ag, fwd 1, ag, fwd 2, ag, |, rs, ag, bwd 2, rs, ag, bwd 1, rs, ag, bwd 0, rs, rs");
   EXPECT_EQ(with, without);
 }
 

@@ -12,6 +12,7 @@
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/distributed/sharding_plan.hpp"
 #include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/params.hpp"
@@ -205,4 +206,52 @@ TEST(Attention, AvailableBackendsAgree) {
     else
       EXPECT_TRUE(torch::allclose(out, ref, 1e-4, 1e-4)) << b;
   }
+}
+
+// FSDP's sharding plan from ModelConfig alone (full presets, never allocated):
+// the embedding, each block, the final norm with the head; every parameter in
+// one unit. LLaMA-3 1.5B's largest unit is one 128256 x 2048 table (263M), not
+// the 525M root of embedding + head that FSDP once gathered.
+TEST(ShardingPlan, UnitsAreEmbeddingBlocksAndHeadForEveryPreset) {
+  using llmtrain::UnitKind;
+  for (const char* name : {"full_llama_1.36b", "full_llama3_1.5b_optimal", "full_qwen3_1.8b_optimal",
+                           "full_gpt2_1.36b", "tiny_gpt2", "tiny_llama3"}) {
+    SCOPED_TRACE(name);
+    const auto m = preset_model(name);
+    const auto table = llmtrain::parameter_table(m);
+    const auto plan = llmtrain::fsdp_sharding_plan(m);
+    ASSERT_EQ(plan.size(), static_cast<size_t>(m.n_layer + 2));
+    std::vector<int> seen(table.size(), 0);
+    int64_t total = 0;
+    for (size_t k = 0; k < plan.size(); ++k) {
+      const auto& u = plan[k];
+      const UnitKind want = k == 0 ? UnitKind::embedding : k + 1 == plan.size() ? UnitKind::head : UnitKind::block;
+      EXPECT_EQ(u.kind, want) << k;
+      EXPECT_EQ(u.block, want == UnitKind::block ? static_cast<int64_t>(k) - 1 : -1);
+      int64_t n = 0;
+      for (int i : u.params) {
+        ++seen.at(static_cast<size_t>(i));
+        n += table[static_cast<size_t>(i)].numel();
+        EXPECT_EQ(table[static_cast<size_t>(i)].block, u.block) << table[static_cast<size_t>(i)].name;
+      }
+      EXPECT_EQ(u.numel, n);
+      EXPECT_EQ(u.padded_numel(8) % 8, 0);
+      EXPECT_LT(u.padded_numel(8) - u.numel, 8);
+      total += n;
+    }
+    for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << table[i].name;
+    EXPECT_EQ(total, m.num_params());
+    // A tied table belongs to the embedding unit, held through the step; the
+    // head unit is then the final norm alone.
+    const int64_t C = m.n_embd, V = m.padded_vocab;
+    const int64_t norm = m.norm == llmtrain::NormKind::layernorm && m.bias ? 2 * C : C;
+    EXPECT_EQ(plan.front().held_through_step, m.tie_embeddings);
+    EXPECT_EQ(plan.back().numel, m.tie_embeddings ? norm : norm + V * C);
+    EXPECT_EQ(plan.front().numel, V * C + (m.pos_encoding == llmtrain::PosEncoding::learned ? m.block_size * C : 0));
+  }
+  const auto plan = llmtrain::fsdp_sharding_plan(preset_model("full_llama3_1.5b_optimal"));
+  int64_t largest = 0;
+  for (const auto& u : plan) largest = std::max(largest, u.numel);
+  EXPECT_EQ(largest, 128256LL * 2048 + 2048);  // the head: LM head + final norm
+  EXPECT_LT(largest, 264'000'000);
 }

@@ -13,6 +13,8 @@
 namespace llmtrain {
 
 enum class ComputeDtype { float32, bfloat16, float16 };  // dtype
+enum class ParamDtype { float32, bfloat16 };             // param_dtype: parameters and gradients
+enum class ReduceDtype { float32, bfloat16 };            // reduce_dtype: gradient collectives
 enum class DeviceKind { automatic, cpu, cuda };          // device: auto | cpu | cuda
 enum class InitSource { scratch, resume, hf };           // init_from (hf:DIR carries a directory: InitFrom)
 enum class StrategyKind { ddp, zero1, fsdp };            // use_zero1 / use_fsdp, as Config::strategy()
@@ -39,6 +41,15 @@ template <> struct OptionTable<ComputeDtype> {
   static constexpr const char* name = "dtype";
   static constexpr OptionWord<ComputeDtype> words[] = {
       {ComputeDtype::float32, "float32"}, {ComputeDtype::bfloat16, "bfloat16"}, {ComputeDtype::float16, "float16"}};
+};
+template <> struct OptionTable<ParamDtype> {
+  static constexpr const char* name = "param_dtype";
+  static constexpr OptionWord<ParamDtype> words[] = {{ParamDtype::float32, "float32"}, {ParamDtype::bfloat16, "bfloat16"}};
+};
+template <> struct OptionTable<ReduceDtype> {
+  static constexpr const char* name = "reduce_dtype";
+  static constexpr OptionWord<ReduceDtype> words[] = {{ReduceDtype::float32, "float32"},
+                                                      {ReduceDtype::bfloat16, "bfloat16"}};
 };
 template <> struct OptionTable<DeviceKind> {
   static constexpr const char* name = "device";

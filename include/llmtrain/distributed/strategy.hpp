@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "llmtrain/distributed/sharding_plan.hpp"
 #include "llmtrain/model/transformer.hpp"
 
 namespace llmtrain {
@@ -26,6 +27,13 @@ struct StrategyOptions {
   Kind kind = Kind::ddp;
   double bucket_bytes = 25.0 * 1024 * 1024;  // gradient bucket size (DDP, ZeRO-1)
   bool fsdp_prefetch = true;                 // gather the next block while this one computes
+  // Precision policy (FSDP2's MixedPrecisionPolicy, Megatron's --bf16): the
+  // dtype the model's parameters and gradients are stored in (below fp32 the
+  // sharded AdamW keeps fp32 master weights, made from the fp32 values the
+  // strategy is given), and the dtype of the gradient collectives (DDP/ZeRO-1
+  // buckets, FSDP's reduce-scatter; FSDP accumulates its gradient shard in fp32).
+  torch::ScalarType param_dtype = torch::kFloat;
+  torch::ScalarType reduce_dtype = torch::kFloat;
   AdamWHyper adamw;
   static StrategyOptions from_config(const Config& c);
 };
@@ -92,12 +100,14 @@ class Strategy {
 // The parameters a strategy manages, without the model class (tests, other
 // modules). `params` in forward (registration) order: buckets are laid out in
 // reverse so the first buckets fill first during backward. `no_decay` is the
-// subset AdamW does not decay. `units` (FSDP): indices into params, one list per
-// sharding unit (transformer block); may be empty for DDP / ZeRO-1.
+// subset AdamW does not decay. `units` (FSDP): the sharding plan, its parameter
+// indices into params (fsdp_sharding_plan for the Transformer); may be empty
+// for DDP / ZeRO-1. The parameters are given in fp32; a strategy stores them
+// in StrategyOptions::param_dtype.
 struct ParamGroups {
   std::vector<torch::Tensor> params;
   std::vector<torch::Tensor> no_decay;
-  std::vector<std::vector<int>> units;
+  std::vector<ShardingUnit> units;
 };
 
 std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, const ParamGroups& groups, Collectives& comm);

@@ -23,6 +23,11 @@ class ForwardHooks {
   virtual ~ForwardHooks() = default;
   // First thing in forward(), before the embeddings are read.
   virtual void before_forward() {}
+  // Runs the token embedding (+ learned positions); body() -> (B, T, C).
+  virtual torch::Tensor run_embedding(const std::function<torch::Tensor()>& body) { return body(); }
+  // After the last block, before the final norm and the LM head, which run on
+  // what it returns. x: (B, T, C) -> (B, T, C).
+  virtual torch::Tensor before_head(const torch::Tensor& x) { return x; }
   // Runs block `i`; body(x) is the block itself. x: (B, T, C) -> (B, T, C).
   virtual torch::Tensor run_block(int64_t i, const torch::Tensor& x,
                                   const std::function<torch::Tensor(const torch::Tensor&)>& body) {
