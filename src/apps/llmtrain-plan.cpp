@@ -1,6 +1,7 @@
 // llmtrain-plan: from a FLOP budget to a model shape, a token count, an expected
 // loss and (at a measured speed) a wall-clock time; the loss law is Chinchilla's
 // or one fitted to the user's own runs (--fit). docs/planning.md.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "llmtrain/core/config.hpp"  // defines: Config (the base shape's keys)
 #include "llmtrain/core/error.hpp"   // defines: Error, ConfigError
 #include "llmtrain/plan/planner.hpp"  // defines: plan_search, plan_evaluate, run-log readers, tables
+#include "llmtrain/prediction/device_peaks.hpp"  // defines: device_memory_bytes (the device table's memory)
 #include "llmtrain/plan/scaling_law.hpp"  // defines: ScalingLaw, fit_scaling_law
 #include "llmtrain/train/run_log_reader.hpp"  // defines: expand_run_logs
 #include "llmtrain/core/atomic_file.hpp"  // defines: write_file_atomic
@@ -74,7 +76,7 @@ std::string command_line(int argc, char** argv) {
 
 // What the command line asks for; numbers are checked where they are used.
 struct PlanArgs {
-  std::string family, config_file, layers_text, widths_text, law_text, run_log, write_config;
+  std::string family, config_file, layers_text, widths_text, law_text, run_log, write_config, device;
   std::vector<std::string> sets, fit_logs, predict_logs;
   FlopAccounting accounting = FlopAccounting::mfu;
   std::optional<double> flops, tokens, max_tokens_per_param, tokens_per_param;
@@ -132,6 +134,9 @@ std::optional<PlanArgs> parse_args(int argc, char** argv) {
       "run_log", po::value<std::string>(&a.run_log),
       "a measured run: adds wall-clock days and GPU-hours at its speed (MFU-accounted FLOP/s per GPU)")(
       "gpus", po::value<int>(&a.gpus), "GPUs for the times, the memory per GPU and --write_config's max_iters (default: the run log's, else 8)")(
+      "device", po::value<std::string>(&a.device),
+      "keep only shapes whose predicted memory per GPU fits this device's (a name of the device table, e.g. "
+      "\"H100 SXM\", \"H200\"; default: the --run_log's device)")(
       "json", "print the table as JSON (one object per candidate; with --fit an object with the fit too)")(
       "write_config", po::value<std::string>(&a.write_config), "write the chosen shape as an inputs/-style preset")(
       "pick", po::value<int64_t>(&a.pick)->default_value(1), "which row --write_config writes (1 = the best)");
@@ -292,6 +297,25 @@ void print_table(const PlanArgs& a, const std::vector<Candidate>& rows, nlohmann
   }
 }
 
+// Drops the shapes whose predicted memory per GPU exceeds the device's (the
+// device table's memory); a device the table does not know filters nothing,
+// unless the user named it (then it is an error).
+void keep_fitting(std::vector<Candidate>& rows, const std::string& device, bool named) {
+  if (device.empty()) return;
+  const auto bytes = device_memory_bytes(device);
+  if (!bytes) {
+    if (named) throw ConfigError(fmt::format("--device '{}' is not in the device table (H100 SXM, H200, B200, ...)", device));
+    return;
+  }
+  const size_t before = rows.size();
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const Candidate& c) { return c.memory_per_gpu > *bytes; }),
+             rows.end());
+  if (rows.empty())
+    throw ConfigError(fmt::format("no shape of the {} searched fits in the {:.0f} GiB of one {} (predicted memory per "
+                                  "GPU, docs/memory.md): lower batch_size or use more GPUs with ZeRO-1/FSDP",
+                                  before, *bytes / (1024.0 * 1024.0 * 1024.0), device));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -318,12 +342,13 @@ int main(int argc, char** argv) try {
   if (gpus == 0 && speed) gpus = speed->world_size;
   if (gpus == 0) gpus = 8;
   if (gpus < 1) throw ConfigError(fmt::format("--gpus must be >= 1, got {}", gpus));
+  plan_apply_memory(rows, gpus);
+  keep_fitting(rows, a.device.empty() && speed ? speed->device : a.device, !a.device.empty());
   if (a.pick < 1 || a.pick > static_cast<int64_t>(rows.size()))
     throw ConfigError(fmt::format("--pick {} is not a row of the table (1..{})", a.pick, rows.size()));
   const Candidate chosen = rows[static_cast<size_t>(a.pick - 1)];
   if (static_cast<int64_t>(rows.size()) > a.top) rows.resize(static_cast<size_t>(a.top));
 
-  plan_apply_memory(rows, gpus);
   if (speed) {
     plan_apply_speed(rows, *speed, gpus);
     if (!a.json) print_speed(*speed, gpus);

@@ -7,7 +7,7 @@
 #include "llmtrain/core/config.hpp"   // defines: Config, parse_command_line
 #include "llmtrain/core/log.hpp"      // defines: log::info (rank 0 only)
 #include "llmtrain/distributed/runtime.hpp"  // defines: Runtime, run_main (errors abort every rank)
-#include "llmtrain/train/describe.hpp"   // defines: describe_model
+#include "llmtrain/train/describe.hpp"   // defines: describe_model, describe_json
 #include "llmtrain/train/hf_init.hpp"    // defines: apply_hf_config (init_from=hf:DIR sets the model keys)
 #include "llmtrain/train/run_log.hpp"   // defines: library_versions, format_versions
 #include "llmtrain/train/trainer.hpp"   // defines: Trainer
@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
                 "  --help                  this text\n"
                 "  --describe              architecture, parameters, FLOPs/token and GPU memory estimates; no training\n"
                 "  --describe_world_size=N world size --describe assumes for ZeRO-1/FSDP (default 8)\n"
+                "  --describe_format=json  --describe as one JSON object (every number of the text)\n"
+                "  --describe_memory_gib=X --describe: the largest micro-batch that fits in X GiB per rank\n"
                 "  --print_config          print every key's resolved value and exit\n"
                 "  --config_docs           print docs/config.md (every key as a Markdown table)\n"
                 "  --version               versions of llmtrain, LibTorch (its CUDA, cuDNN), MPI, HDF5, NCCL\n"
@@ -48,7 +50,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cl.describe) {
-      log::info("{}", describe_model(cfg, cl.describe_world_size));
+      DescribeOptions o;
+      o.world_size = cl.describe_world_size;
+      if (cl.describe_memory_gib) o.memory_bytes = *cl.describe_memory_gib * 1024.0 * 1024.0 * 1024.0;
+      if (cl.describe_format == "json")
+        log::info("{}", describe_json(cfg, o).dump());  // one line: one JSON object
+      else
+        log::info("{}", describe_model(cfg, o));
       return 0;
     }
     cfg.refuse_unbuilt();

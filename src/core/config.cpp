@@ -346,6 +346,8 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ("help,h", "print this help and exit")
       ("describe", "print architecture, parameters, FLOPs/token and memory estimates, then exit")
       ("describe_world_size", po::value<int64_t>(), "world size assumed by --describe (default 8)")
+      ("describe_format", po::value<std::string>(), "--describe's output: text (default) or json (one object)")
+      ("describe_memory_gib", po::value<double>(), "--describe: memory per rank (GiB) to find the largest micro-batch for")
       ("print_config", "print the resolved configuration and exit")
       ("config_docs", "print docs/config.md (every key as a Markdown table) and exit")
       ("version", "print the versions of llmtrain, LibTorch (with its CUDA and cuDNN), MPI, HDF5, NCCL and exit")
@@ -384,6 +386,16 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   cl.config_docs = vm.count("config_docs") > 0;
   cl.version = vm.count("version") > 0;
   if (vm.count("describe_world_size")) cl.describe_world_size = vm["describe_world_size"].as<int64_t>();
+  if (vm.count("describe_format")) {
+    cl.describe_format = vm["describe_format"].as<std::string>();
+    if (cl.describe_format != "text" && cl.describe_format != "json")
+      throw ConfigError(fmt::format("--describe_format='{}': expected text or json", cl.describe_format));
+  }
+  if (vm.count("describe_memory_gib")) {
+    cl.describe_memory_gib = vm["describe_memory_gib"].as<double>();
+    if (!(*cl.describe_memory_gib > 0))
+      throw ConfigError(fmt::format("--describe_memory_gib={}: expected a positive number of GiB", *cl.describe_memory_gib));
+  }
   if (vm.count("config")) cl.config_files = vm["config"].as<std::vector<std::string>>();
   for (const auto& f : cl.config_files) cl.config.load_file(f);
   // Overrides in command-line order, after all files.

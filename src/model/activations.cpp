@@ -8,30 +8,44 @@ namespace llmtrain {
 
 double dtype_bytes(ComputeDtype dtype) { return dtype == ComputeDtype::float32 ? 4.0 : 2.0; }
 
-double activation_bytes(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
-                        AttentionBackend attention) {
+double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
+                                  AttentionBackend attention) {
   const double e = dtype_bytes(dtype);
   const double C = m.n_embd, H = m.n_head, K = m.n_kv_head, D = m.head_dim, F = m.ffn_hidden;
   const double T = m.block_size, tokens = static_cast<double>(batch_size) * T;
-  // Elements saved for backward per token and layer: two norms (input and
-  // normalized output each), q|k|v, q and k after RoPE / QK-norm, the attention
-  // output, the MLP intermediates (swiglu: gate|up, silu(gate), product; gelu:
-  // pre- and post-activation).
-  double per_token_layer = 4 * C + (H + 2 * K) * D + (H + K) * D + H * D;
-  if (m.qk_norm) per_token_layer += (H + K) * D;
-  per_token_layer += m.ffn == FfnKind::swiglu ? 4 * F : 2 * F;
-  double bytes = m.n_layer * tokens * per_token_layer * e;
+  // Elements saved for backward per token: two norms (input and normalized
+  // output each), q|k|v, q and k after RoPE / QK-norm, the attention output,
+  // the MLP intermediates (swiglu: gate|up, silu(gate), product; gelu: pre- and
+  // post-activation).
+  double per_token = 4 * C + (H + 2 * K) * D + (H + K) * D + H * D;
+  if (m.qk_norm) per_token += (H + K) * D;
+  per_token += m.ffn == FfnKind::swiglu ? 4 * F : 2 * F;
+  double bytes = tokens * per_token * e;
   // The manual backend stores the (T, T) softmax probabilities of every head
   // (and its dropout mask); fused kernels keep only a log-sum-exp per row.
-  if (attention == AttentionBackend::manual) {
-    bytes += m.n_layer * tokens * H * T * e * (m.dropout > 0 ? 2.0 : 1.0);
-  } else {
-    bytes += m.n_layer * tokens * H * 4.0;
-  }
-  // Embedding output and final norm (compute dtype), logits in the compute dtype
-  // plus their fp32 log-softmax for the loss.
-  bytes += tokens * 3 * C * e + tokens * m.padded_vocab * (e + 4.0);
+  if (attention == AttentionBackend::manual)
+    bytes += tokens * H * T * e * (m.dropout > 0 ? 2.0 : 1.0);
+  else
+    bytes += tokens * H * 4.0;
   return bytes;
+}
+
+double activation_bytes_block_input(const ModelConfig& m, int64_t batch_size) {
+  return static_cast<double>(batch_size) * static_cast<double>(m.block_size) * static_cast<double>(m.n_embd) * 4.0;
+}
+
+double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size) {
+  const double e = dtype_bytes(dtype);
+  const double tokens = static_cast<double>(batch_size) * static_cast<double>(m.block_size);
+  // Embedding output and final norm (compute dtype), logits in the compute
+  // dtype plus their fp32 log-softmax for the loss.
+  return tokens * 3 * m.n_embd * e + tokens * static_cast<double>(m.padded_vocab) * (e + 4.0);
+}
+
+double activation_bytes(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
+                        AttentionBackend attention) {
+  return static_cast<double>(m.n_layer) * activation_bytes_per_block(m, dtype, batch_size, attention) +
+         activation_bytes_outside_blocks(m, dtype, batch_size);
 }
 
 }  // namespace llmtrain

@@ -1,42 +1,123 @@
 #include "llmtrain/prediction/memory_model.hpp"
 
 #include <algorithm>
-#include <map>
 
+#include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/params.hpp"
 
 namespace llmtrain {
 
+namespace {
+
+// What a step keeps for backward: blocks that are not recomputed keep all they
+// save; a recomputed block keeps its input, and during its backward one block's
+// activations exist again (the one being recomputed).
+double step_activations(const ModelConfig& m, const MemoryInputs& in) {
+  const int64_t r = std::clamp<int64_t>(in.recomputed_blocks, 0, m.n_layer);
+  const double block = activation_bytes_per_block(m, in.dtype, in.batch_size, in.attention);
+  double bytes = static_cast<double>(m.n_layer - r) * block +
+                 static_cast<double>(r) * activation_bytes_block_input(m, in.batch_size) + (r > 0 ? block : 0.0) +
+                 activation_bytes_outside_blocks(m, in.dtype, in.batch_size);
+  // Autocast below fp32 with fp32 parameters: each matmul weight's 16-bit copy
+  // is cached for the forward and saved for backward (every strategy: the copy
+  // outlives FSDP's freeing of the gathered fp32 unit).
+  if (in.dtype != ComputeDtype::float32 && in.param_bytes > dtype_bytes(in.dtype))
+    bytes += static_cast<double>(m.num_matmul_params()) * dtype_bytes(in.dtype);
+  return bytes;
+}
+
+}  // namespace
+
+MemoryInputs MemoryInputs::from_config(const Config& c, int64_t world_size) {
+  MemoryInputs in;
+  in.dtype = c.dtype;
+  in.batch_size = c.batch_size;
+  in.world_size = world_size;
+  in.fsdp_prefetch = c.fsdp_prefetch;
+  return in;
+}
+
+std::vector<int64_t> fsdp_unit_params(const ModelConfig& m) {
+  std::vector<int64_t> units(static_cast<size_t>(m.n_layer) + 1, 0);
+  for (const auto& p : parameter_table(m)) {
+    const size_t u = p.block >= 0 ? static_cast<size_t>(p.block) : units.size() - 1;
+    units[u] += p.numel();
+  }
+  return units;
+}
+
+MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, StrategyKind strategy) {
+  LLMTRAIN_CHECK(in.world_size >= 1, "world size must be >= 1, got {}", in.world_size);
+  LLMTRAIN_CHECK(in.batch_size >= 0, "batch size must be >= 0, got {}", in.batch_size);
+  const double P = static_cast<double>(m.num_params());
+  const double W = static_cast<double>(in.world_size);
+  const double pb = in.param_bytes;
+  // AdamW: exp_avg + exp_avg_sq in fp32, plus an fp32 master copy where
+  // parameters are stored below fp32.
+  const double opt_per_param = 8.0 + (pb < 4.0 ? 4.0 : 0.0);
+  MemoryEstimate e{strategy, 0, 0, 0, step_activations(m, in)};
+  switch (strategy) {
+    case StrategyKind::ddp:  // flat parameter and gradient buckets, every bucket's AdamW state
+      e.weights = P * pb;
+      e.gradients = P * pb;
+      e.optimizer = P * opt_per_param;
+      break;
+    case StrategyKind::zero1:  // + the reduce-scattered gradient shard; AdamW state of 1/W
+      e.weights = P * pb;
+      e.gradients = P * pb + P * pb / W;
+      e.optimizer = P * opt_per_param / W;
+      break;
+    case StrategyKind::fsdp: {
+      // Shards of 1/W; gathered in full: the root unit for the whole step and
+      // the block computing (+ the next one with prefetch); during a unit's
+      // backward its full gradients and the flat copy reduce-scattered from.
+      const auto units = fsdp_unit_params(m);
+      const double root = static_cast<double>(units.back());
+      const double block = units.size() > 1 ? static_cast<double>(*std::max_element(units.begin(), units.end() - 1))
+                                            : 0.0;
+      const double gathered_blocks = in.fsdp_prefetch ? 2.0 : 1.0;
+      e.weights = P * pb / W + (root + gathered_blocks * block) * pb;
+      e.gradients = P * pb / W + (root + 2 * block) * pb;
+      e.optimizer = P * opt_per_param / W;
+      break;
+    }
+  }
+  return e;
+}
+
+std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, const MemoryInputs& in) {
+  return {estimate_memory(m, in, StrategyKind::ddp), estimate_memory(m, in, StrategyKind::zero1),
+          estimate_memory(m, in, StrategyKind::fsdp)};
+}
+
 std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
                                             int64_t world_size, AttentionBackend attention) {
-  LLMTRAIN_CHECK(world_size >= 1, "world size must be >= 1, got {}", world_size);
-  const double e = dtype_bytes(dtype);
-  const double P = static_cast<double>(m.num_params());
-  const double W = static_cast<double>(world_size);
-  // AdamW: exp_avg + exp_avg_sq in fp32, plus fp32 master weights for 16-bit compute.
-  const double opt_per_param = 8.0 + (e < 4.0 ? 4.0 : 0.0);
-  const double act = activation_bytes(m, dtype, batch_size, attention);
+  MemoryInputs in;
+  in.dtype = dtype;
+  in.batch_size = batch_size;
+  in.world_size = world_size;
+  in.attention = attention;
+  return estimate_memory(m, in);
+}
 
-  MemoryEstimate ddp{StrategyKind::ddp, P * e, P * e, P * opt_per_param, act};
-  MemoryEstimate zero1{StrategyKind::zero1, P * e, P * e, P * opt_per_param / W, act};
-  // FSDP units: one per block, the token embedding (+ positions), and the
-  // final norm with the LM head (as torchtitan wraps LLaMA).
-  // Each rank keeps 1/W of everything, plus the gathered weights of the unit in
-  // use and the next (prefetched) one, and the full gradients of one unit
-  // before its reduce-scatter: sized by the largest unit.
-  double blocks = 0, embeddings = 0, head_and_final_norm = 0;
-  for (const auto& p : parameter_table(m)) {
-    const double n = static_cast<double>(p.numel());
-    if (p.block >= 0) blocks += n;
-    else if (p.group == ParamGroup::embedding || p.group == ParamGroup::position) embeddings += n;
-    else head_and_final_norm += n;
+int64_t max_batch_size(const ModelConfig& m, MemoryInputs in, StrategyKind strategy, double bytes) {
+  auto fits = [&](int64_t b) {
+    in.batch_size = b;
+    return estimate_memory(m, in, strategy).total() <= bytes;
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;  // fits(lo), and hi is to be tested
+  while (hi < (int64_t{1} << 40) && fits(hi)) {
+    lo = hi;
+    hi *= 2;
   }
-  const double unit = std::max({blocks / static_cast<double>(m.n_layer), embeddings, head_and_final_norm});
-  MemoryEstimate fsdp{StrategyKind::fsdp, P * e / W + (W > 1 ? 2 * unit * e : 0.0), P * e / W + (W > 1 ? unit * e : 0.0),
-                      P * opt_per_param / W, act};
-  return {ddp, zero1, fsdp};
+  while (hi - lo > 1) {  // fits(lo), !fits(hi)
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 }  // namespace llmtrain

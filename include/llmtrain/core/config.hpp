@@ -63,6 +63,8 @@ struct CommandLine {
   bool config_docs = false;  // print docs/config.md (the key table) and exit
   bool version = false;      // print the program's and libraries' versions and exit
   int64_t describe_world_size = 8;  // world size assumed by --describe
+  std::string describe_format = "text";  // --describe's output: text or json
+  std::optional<double> describe_memory_gib;  // --describe: memory per rank for the largest micro-batch
 };
 
 // Parses argv with Boost.Program_options: positional config file(s) first, then
