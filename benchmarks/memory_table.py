@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--checkpointing", default="", help="e.g. none,full,selective (builds with the key)")
     ap.add_argument("--quick", action="store_true", help="the 100m shape at 1 and 3 ranks only")
     ap.add_argument("--tolerance", type=float, default=0.10)
+    ap.add_argument("--data", help="an llmtrain-prepare directory to reuse (default: byte-level SOTU, made here)")
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build, "bin")
@@ -92,7 +93,7 @@ def main():
                       OMPI_MCA_rmaps_base_oversubscribe="1", LLMTRAIN_PROGRESS="off")
     work = tempfile.mkdtemp(prefix="memory_table_")
     try:
-        data = prepare(bin_dir, work, a.mpiexec)
+        data = a.data or prepare(bin_dir, work, a.mpiexec)
         variants = [[]]
         if a.param_dtypes:
             variants = [v + [f"--param_dtype={p}"] for v in variants for p in a.param_dtypes.split(",")]

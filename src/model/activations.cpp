@@ -17,10 +17,13 @@ double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int6
   // output each), q|k|v, q and k after RoPE / QK-norm, the attention output,
   // the MLP intermediates (swiglu: gate|up, silu(gate), product; gelu: pre- and
   // post-activation).
-  double per_token = 4 * C + (H + 2 * K) * D + (H + K) * D + H * D;
+  double per_token = (H + 2 * K) * D + (H + K) * D + H * D;
   if (m.qk_norm) per_token += (H + K) * D;
   per_token += m.ffn == FfnKind::swiglu ? 4 * F : 2 * F;
   double bytes = tokens * per_token * e;
+  // The norms run on the fp32 residual stream: input and output in fp32 under
+  // autocast too, plus the 16-bit copy of each output the next matmul saves.
+  bytes += tokens * (e < 4.0 ? 4 * C * 4.0 + 2 * C * e : 4 * C * e);
   // The manual backend stores the (T, T) softmax probabilities of every head
   // (and its dropout mask); fused kernels keep only a log-sum-exp per row.
   if (attention == AttentionBackend::manual)
@@ -37,9 +40,12 @@ double activation_bytes_block_input(const ModelConfig& m, int64_t batch_size) {
 double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size) {
   const double e = dtype_bytes(dtype);
   const double tokens = static_cast<double>(batch_size) * static_cast<double>(m.block_size);
-  // Embedding output and final norm (compute dtype), logits in the compute
+  // Embedding output and the final norm's input and output (fp32 residual
+  // stream; under autocast also the head's 16-bit copy), logits in the compute
   // dtype plus their fp32 log-softmax for the loss.
-  return tokens * 3 * m.n_embd * e + tokens * static_cast<double>(m.padded_vocab) * (e + 4.0);
+  const double C = static_cast<double>(m.n_embd), V = static_cast<double>(m.padded_vocab);
+  if (e < 4.0) return tokens * (3 * C * 4.0 + C * e) + tokens * V * (e + 4.0);
+  return tokens * 3 * C * e + tokens * V * (e + 4.0);
 }
 
 double activation_bytes(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,

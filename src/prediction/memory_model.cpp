@@ -58,22 +58,29 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
   // parameters are stored below fp32.
   const double opt_per_param = 8.0 + (pb < 4.0 ? 4.0 : 0.0);
   MemoryEstimate e{strategy, 0, 0, 0, step_activations(m, in)};
+  const auto units = fsdp_unit_params(m);
+  const double in_blocks = P - static_cast<double>(units.back());
+  // DDP and ZeRO-1, during backward: the gradients autograd hands over before
+  // they are copied into the buckets. Fitted, not derived: one extra copy of
+  // the blocks' gradients and one of the token embedding's (measured on the
+  // CPU, benchmarks/memory_table.py; docs/memory.md).
+  const double handover =
+      (in_blocks + static_cast<double>(m.padded_vocab) * static_cast<double>(m.n_embd)) * pb;
   switch (strategy) {
     case StrategyKind::ddp:  // flat parameter and gradient buckets, every bucket's AdamW state
       e.weights = P * pb;
-      e.gradients = P * pb;
+      e.gradients = P * pb + handover;
       e.optimizer = P * opt_per_param;
       break;
     case StrategyKind::zero1:  // + the reduce-scattered gradient shard; AdamW state of 1/W
       e.weights = P * pb;
-      e.gradients = P * pb + P * pb / W;
+      e.gradients = P * pb + P * pb / W + handover;
       e.optimizer = P * opt_per_param / W;
       break;
     case StrategyKind::fsdp: {
       // Shards of 1/W; gathered in full: the root unit for the whole step and
       // the block computing (+ the next one with prefetch); during a unit's
       // backward its full gradients and the flat copy reduce-scattered from.
-      const auto units = fsdp_unit_params(m);
       const double root = static_cast<double>(units.back());
       const double block = units.size() > 1 ? static_cast<double>(*std::max_element(units.begin(), units.end() - 1))
                                             : 0.0;

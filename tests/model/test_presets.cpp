@@ -105,7 +105,10 @@ TEST(Presets, ArithmeticMatchesBuiltTinyModelOfEachFamily) {
     // Weight and gradient bytes of the estimate are the built model's bytes.
     const auto est = llmtrain::estimate_memory(m, ComputeDtype::float32, 8, 4, llmtrain::AttentionBackend::manual);
     EXPECT_DOUBLE_EQ(est[0].weights, 4.0 * total);
-    EXPECT_DOUBLE_EQ(est[0].gradients, 4.0 * total);
+    // + autograd's gradients of the blocks and the token embedding during backward
+    const auto units = llmtrain::fsdp_unit_params(m);
+    EXPECT_DOUBLE_EQ(est[0].gradients,
+                     4.0 * total + 4.0 * (total - units.back() + m.padded_vocab * m.n_embd));
     EXPECT_DOUBLE_EQ(est[0].optimizer, 8.0 * total);
     EXPECT_DOUBLE_EQ(est[1].optimizer, 8.0 * total / 4);
   }
@@ -142,8 +145,12 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   const auto m = ModelConfig::from_config(c, 0);
   const double P = static_cast<double>(m.num_params());
   const auto est = llmtrain::estimate_memory(m, ComputeDtype::bfloat16, 8, 8, llmtrain::AttentionBackend::sdpa);
-  EXPECT_DOUBLE_EQ(est[0].weights + est[0].gradients + est[0].optimizer, 16.0 * P);
-  EXPECT_DOUBLE_EQ(est[1].weights + est[1].gradients + est[1].optimizer, 9.5 * P);
+  // (Both also hold autograd's gradients during backward before the buckets
+  // take them: the same in both, docs/memory.md.)
+  const double handover = est[0].gradients - 4.0 * P;
+  EXPECT_GT(handover, 0.0);
+  EXPECT_DOUBLE_EQ(est[0].weights + est[0].gradients - handover + est[0].optimizer, 16.0 * P);
+  EXPECT_DOUBLE_EQ(est[1].weights + est[1].gradients - handover + est[1].optimizer, 9.5 * P);
   EXPECT_DOUBLE_EQ(est[1].optimizer, 8.0 * P / 8);
   // 16-bit parameters (param_dtype=bfloat16): 2 + 2 + 12 under DDP.
   llmtrain::MemoryInputs in16;
@@ -152,7 +159,7 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   in16.batch_size = 8;
   in16.world_size = 8;
   const auto e16 = llmtrain::estimate_memory(m, in16, llmtrain::StrategyKind::ddp);
-  EXPECT_DOUBLE_EQ(e16.weights + e16.gradients + e16.optimizer, 16.0 * P);
+  EXPECT_DOUBLE_EQ(e16.weights + e16.gradients - handover / 2 + e16.optimizer, 16.0 * P);
   EXPECT_DOUBLE_EQ(e16.weights, 2.0 * P);
   // Full activation checkpointing keeps less; the largest micro-batch grows.
   llmtrain::MemoryInputs ck = in16;

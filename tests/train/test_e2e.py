@@ -362,7 +362,7 @@ elif case == "memory_check":
     import time
     data = prepare()
     cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
-    llm = llmtrain()
+    llm = e2e_common.llmtrain()
 
     def describe(*extra):
         p = run([llm, cfg, "--describe", "--describe_format=json", "--describe_world_size=1", *extra])
