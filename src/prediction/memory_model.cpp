@@ -36,6 +36,9 @@ MemoryInputs MemoryInputs::from_config(const Config& c, int64_t world_size) {
   in.batch_size = c.batch_size;
   in.world_size = world_size;
   in.fsdp_prefetch = c.fsdp_prefetch;
+  // When param_dtype and activation_checkpointing exist (issue 28 parts 2 and
+  // 3): param_bytes = 2 for param_dtype=bfloat16, recomputed_blocks =
+  // ModelConfig::recomputed_blocks().
   return in;
 }
 
