@@ -3,6 +3,7 @@
 // or one fitted to the user's own runs (--fit). docs/planning.md.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -13,6 +14,8 @@
 #include "llmtrain/core/config.hpp"  // defines: Config (the base shape's keys)
 #include "llmtrain/core/error.hpp"   // defines: Error, ConfigError
 #include "llmtrain/plan/planner.hpp"  // defines: plan_search, plan_evaluate, run-log readers, tables
+#include "llmtrain/prediction/device_peaks.hpp"  // defines: device_memory_bytes (the device table's memory)
+#include "llmtrain/prediction/device_profile.hpp"  // defines: DeviceProfile, load_device_profile
 #include "llmtrain/plan/scaling_law.hpp"  // defines: ScalingLaw, fit_scaling_law
 #include "llmtrain/train/run_log_reader.hpp"  // defines: expand_run_logs
 #include "llmtrain/core/atomic_file.hpp"  // defines: write_file_atomic
@@ -133,9 +136,12 @@ std::optional<PlanArgs> parse_args(int argc, char** argv) {
       "run_log", po::value<std::string>(&a.run_log),
       "a measured run: adds wall-clock days and GPU-hours at its speed (MFU-accounted FLOP/s per GPU)")(
       "device", po::value<std::string>(&a.device),
-      "a device profile (h100_sxm, a100_sxm_80gb, ... or a --calibrate file): adds days and GPU-hours at the "
-      "performance model's predicted speed (docs/performance-model.md)")(
+      "the GPU: a device profile (h100_sxm, a100_sxm_80gb, ... or a --calibrate file) adds days and GPU-hours at "
+      "the performance model's predicted speed (docs/performance-model.md) and keeps only the shapes whose "
+      "predicted memory per GPU fits it; a name of the device table (\"H100 SXM\", \"H200\") only filters "
+      "(default: the --run_log's device)")(
       "gpus", po::value<int>(&a.gpus), "GPUs for the times, the memory per GPU and --write_config's max_iters (default: the run log's, else 8)")(
+
       "json", "print the table as JSON (one object per candidate; with --fit an object with the fit too)")(
       "write_config", po::value<std::string>(&a.write_config), "write the chosen shape as an inputs/-style preset")(
       "pick", po::value<int64_t>(&a.pick)->default_value(1), "which row --write_config writes (1 = the best)");
@@ -296,6 +302,25 @@ void print_table(const PlanArgs& a, const std::vector<Candidate>& rows, nlohmann
   }
 }
 
+// Drops the shapes whose predicted memory per GPU exceeds the device's (the
+// device table's memory); a device the table does not know filters nothing,
+// unless the user named it (then it is an error).
+void keep_fitting(std::vector<Candidate>& rows, const std::string& device, bool named) {
+  if (device.empty()) return;
+  const auto bytes = device_memory_bytes(device);
+  if (!bytes) {
+    if (named) throw ConfigError(fmt::format("--device '{}' is not in the device table (H100 SXM, H200, B200, ...)", device));
+    return;
+  }
+  const size_t before = rows.size();
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const Candidate& c) { return c.memory_per_gpu > *bytes; }),
+             rows.end());
+  if (rows.empty())
+    throw ConfigError(fmt::format("no shape of the {} searched fits in the {:.0f} GiB of one {} (predicted memory per "
+                                  "GPU, docs/memory.md): lower batch_size or use more GPUs with ZeRO-1/FSDP",
+                                  before, *bytes / (1024.0 * 1024.0 * 1024.0), device));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -322,18 +347,31 @@ int main(int argc, char** argv) try {
   if (gpus == 0 && speed) gpus = speed->world_size;
   if (gpus == 0) gpus = 8;
   if (gpus < 1) throw ConfigError(fmt::format("--gpus must be >= 1, got {}", gpus));
+  plan_apply_memory(rows, gpus);
+  // --device: a performance-model profile (its device-table model gives the
+  // memory) or a device-table name (memory only).
+  std::optional<DeviceProfile> profile;
+  std::string memory_device = a.device.empty() && speed ? speed->device : a.device;
+  if (!a.device.empty()) {
+    try {
+      profile = load_device_profile(a.device);
+      memory_device = profile->model;
+    } catch (const ConfigError&) {  // not a profile: a name of the device table (a bad profile file is an error)
+      if (std::filesystem::exists(a.device)) throw;
+    }
+  }
+  keep_fitting(rows, memory_device, !a.device.empty() && !profile);
   if (a.pick < 1 || a.pick > static_cast<int64_t>(rows.size()))
     throw ConfigError(fmt::format("--pick {} is not a row of the table (1..{})", a.pick, rows.size()));
   const Candidate chosen = rows[static_cast<size_t>(a.pick - 1)];
   if (static_cast<int64_t>(rows.size()) > a.top) rows.resize(static_cast<size_t>(a.top));
 
-  plan_apply_memory(rows, gpus);
-  if (!a.device.empty() && speed)
-    throw ConfigError("--device and --run_log both give the times: choose one");
-  if (!a.device.empty()) {
+  if (profile && speed) throw ConfigError("--device and --run_log both give the times: choose one");
+  if (profile) {
     plan_apply_prediction(rows, a.device, gpus, std::min(gpus, 8));
     if (!a.json)
-      std::cout << fmt::format("times predicted for {} x {} ({} per node) by the performance model\n", gpus, a.device,
+      std::cout << fmt::format("times predicted for {} x {} ({} per node) by the performance model
+", gpus, a.device,
                                std::min(gpus, 8));
   }
   if (speed) {

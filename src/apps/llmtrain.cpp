@@ -10,7 +10,7 @@
 #include "llmtrain/core/log.hpp"      // defines: log::info (rank 0 only)
 #include "llmtrain/distributed/runtime.hpp"  // defines: Runtime, run_main (errors abort every rank)
 #include "llmtrain/prediction/calibrate.hpp"  // defines: calibrate_device_profile (--calibrate)
-#include "llmtrain/train/describe.hpp"   // defines: describe_model
+#include "llmtrain/train/describe.hpp"   // defines: describe_model, describe_json
 #include "llmtrain/train/hf_init.hpp"    // defines: apply_hf_config (init_from=hf:DIR sets the model keys)
 #include "llmtrain/train/run_log.hpp"   // defines: library_versions, format_versions
 #include "llmtrain/train/trainer.hpp"   // defines: Trainer
@@ -31,8 +31,9 @@ int main(int argc, char** argv) {
                 "  --describe_device=D     device profile of the predicted step time: a built-in name (h100_sxm,\n"
                 "                          h100_pcie, h200, b200, a100_sxm_80gb, rtx_a6000, l40s, cpu_dev) or a file\n"
                 "  --describe_ranks_per_node=R  ranks per node the prediction assumes (default min(world size, 8))\n"
-                "  --describe_format=json  --describe as one JSON object\n"
+                "  --describe_format=json  --describe as one JSON object (every number of the text)\n"
                 "  --calibrate             measure this machine's device profile -> out_dir/device_profile.json\n"
+                "  --describe_memory_gib=X --describe: the largest micro-batch that fits in X GiB per rank\n"
                 "  --print_config          print every key's resolved value and exit\n"
                 "  --config_docs           print docs/config.md (every key as a Markdown table)\n"
                 "  --version               versions of llmtrain, LibTorch (its CUDA, cuDNN), MPI, HDF5, NCCL\n"
@@ -56,11 +57,15 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cl.describe) {
-      const PredictionInput pi{cl.describe_world_size, cl.describe_ranks_per_node, cl.describe_device};
+      DescribeOptions o;
+      o.world_size = cl.describe_world_size;
+      o.ranks_per_node = cl.describe_ranks_per_node;
+      o.device = cl.describe_device;
+      if (cl.describe_memory_gib) o.memory_bytes = *cl.describe_memory_gib * 1024.0 * 1024.0 * 1024.0;
       if (cl.describe_format == "json")
-        log::info("{}", nlohmann::json{{"prediction", describe_prediction_json(cfg, pi)}}.dump());
+        log::info("{}", describe_json(cfg, o).dump());  // one line: one JSON object
       else
-        log::info("{}\n{}", describe_model(cfg, cl.describe_world_size), describe_prediction(cfg, pi));
+        log::info("{}", describe_model(cfg, o));
       return 0;
     }
     if (cl.calibrate) {

@@ -353,6 +353,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ("describe_device", po::value<std::string>(), "--describe's device profile: a built-in name (h100_sxm ...) or a file")
       ("describe_ranks_per_node", po::value<int64_t>(), "ranks per node --describe assumes (default: min(world size, 8))")
       ("calibrate", "measure this machine's device profile (out_dir/device_profile.json), then exit")
+      ("describe_memory_gib", po::value<double>(), "--describe: memory per rank (GiB) to find the largest micro-batch for")
       ("print_config", "print the resolved configuration and exit")
       ("config_docs", "print docs/config.md (every key as a Markdown table) and exit")
       ("version", "print the versions of llmtrain, LibTorch (with its CUDA and cuDNN), MPI, HDF5, NCCL and exit")
@@ -404,6 +405,11 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
                                     cl.describe_ranks_per_node));
   }
   cl.calibrate = vm.count("calibrate") > 0;
+  if (vm.count("describe_memory_gib")) {
+    cl.describe_memory_gib = vm["describe_memory_gib"].as<double>();
+    if (!(*cl.describe_memory_gib > 0))
+      throw ConfigError(fmt::format("--describe_memory_gib={}: expected a positive number of GiB", *cl.describe_memory_gib));
+  }
   if (vm.count("config")) cl.config_files = vm["config"].as<std::vector<std::string>>();
   for (const auto& f : cl.config_files) cl.config.load_file(f);
   // Overrides in command-line order, after all files.

@@ -272,8 +272,10 @@ void plan_apply_memory(std::vector<Candidate>& candidates, int gpus) {
   for (auto& c : candidates) {
     const ModelConfig m = model_of(c.config);
     const StrategyKind strategy = c.config.strategy();
-    for (const auto& est : estimate_memory(m, c.config.dtype, c.config.batch_size, gpus, m.attention_backend))
-      if (est.strategy == strategy) c.memory_strategy = to_string(strategy), c.memory_per_gpu = est.total();
+    MemoryInputs in = MemoryInputs::from_config(c.config, gpus);
+    in.attention = m.attention_backend;
+    c.memory_strategy = to_string(strategy);
+    c.memory_per_gpu = estimate_memory(m, in, strategy).total();
   }
 }
 

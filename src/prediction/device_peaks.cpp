@@ -131,4 +131,25 @@ PeakInfo resolve_peak(const std::string& device_name, ComputeDtype dtype, double
   return p;
 }
 
+namespace {
+// Datasheet memory per device, GB (HBM/GDDR capacity): A100 80GB (SXM4/PCIe),
+// H100 SXM5 and PCIe 80, H100 NVL 94, GH200 96 (the HBM3 part), H200 and H200
+// NVL 141, B200 180 (DGX B200: 1,440 GB over 8), GB200 186 (NVL72: 13.4 TB
+// over 72), RTX A6000 48.
+const std::vector<std::pair<std::string, double>> kMemoryGB = {
+    {"A100", 80},  {"H100 SXM", 80}, {"H100 PCIe", 80}, {"H100 NVL", 94}, {"GH200", 96},     {"H200", 141},
+    {"H200 NVL", 141}, {"B200", 180}, {"GB200", 186},   {"RTX A6000", 48},
+};
+}  // namespace
+
+std::optional<double> device_memory_bytes(const std::string& device_name) {
+  const std::string model = device_peak_model(device_name);
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  if (model == "A100" && upper(device_name).find("40GB") != std::string::npos) return 40 * kGiB;
+  for (const auto& [m, gb] : kMemoryGB)
+    if (m == model) return gb * kGiB;
+  return std::nullopt;
+}
+
 }  // namespace llmtrain
+

@@ -1,35 +1,143 @@
 #include "llmtrain/prediction/memory_model.hpp"
 
 #include <algorithm>
-#include <map>
 
+#include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/sharding_plan.hpp"
 #include "llmtrain/model/activations.hpp"
 
 namespace llmtrain {
 
+namespace {
+
+// What a step keeps for backward: blocks that are not recomputed keep all they
+// save; a recomputed block keeps its input, and during its backward one block's
+// activations exist again (the one being recomputed).
+double step_activations(const ModelConfig& m, const MemoryInputs& in) {
+  const int64_t r = std::clamp<int64_t>(in.recomputed_blocks, 0, m.n_layer);
+  const double block = activation_bytes_per_block(m, in.dtype, in.batch_size, in.attention);
+  double bytes = static_cast<double>(m.n_layer - r) * block +
+                 static_cast<double>(r) * activation_bytes_block_input(m, in.batch_size) + (r > 0 ? block : 0.0) +
+                 activation_bytes_outside_blocks(m, in.dtype, in.batch_size);
+  // Autocast below fp32 with fp32 parameters: each matmul weight's 16-bit copy
+  // is cached for the forward and saved for backward (every strategy: the copy
+  // outlives FSDP's freeing of the gathered fp32 unit).
+  if (in.dtype != ComputeDtype::float32 && in.param_bytes > dtype_bytes(in.dtype))
+    bytes += static_cast<double>(m.num_matmul_params()) * dtype_bytes(in.dtype);
+  return bytes;
+}
+
+}  // namespace
+
+MemoryInputs MemoryInputs::from_config(const Config& c, int64_t world_size) {
+  MemoryInputs in;
+  in.dtype = c.dtype;
+  in.batch_size = c.batch_size;
+  in.world_size = world_size;
+  in.fsdp_prefetch = c.fsdp_prefetch;
+  in.param_bytes = c.param_dtype == ParamDtype::bfloat16 ? 2.0 : 4.0;
+  in.reduce_bytes = c.reduce_dtype == ReduceDtype::bfloat16 ? 2.0 : 4.0;
+  ModelConfig shape;  // ModelConfig::recomputed_blocks() of the config's layers
+  shape.n_layer = c.n_layer;
+  shape.checkpointing = c.activation_checkpointing;
+  shape.checkpoint_every = c.activation_checkpointing_every;
+  in.recomputed_blocks = shape.recomputed_blocks();
+  return in;
+}
+
+std::vector<int64_t> fsdp_unit_params(const ModelConfig& m) {
+  std::vector<int64_t> units;
+  for (const auto& u : fsdp_sharding_plan(m)) units.push_back(u.numel);
+  return units;
+}
+
+MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, StrategyKind strategy) {
+  LLMTRAIN_CHECK(in.world_size >= 1, "world size must be >= 1, got {}", in.world_size);
+  LLMTRAIN_CHECK(in.batch_size >= 0, "batch size must be >= 0, got {}", in.batch_size);
+  const double P = static_cast<double>(m.num_params());
+  const double W = static_cast<double>(in.world_size);
+  const double pb = in.param_bytes;
+  // AdamW: exp_avg + exp_avg_sq in fp32, plus an fp32 master copy where
+  // parameters are stored below fp32.
+  const double opt_per_param = 8.0 + (pb < 4.0 ? 4.0 : 0.0);
+  MemoryEstimate e{strategy, 0, 0, 0, step_activations(m, in)};
+  const auto plan = fsdp_sharding_plan(m);
+  double in_blocks = 0, block = 0, embedding = 0, head = 0, held = 0;
+  for (const auto& u : plan) {
+    const double n = static_cast<double>(u.numel);
+    if (u.kind == UnitKind::block) in_blocks += n, block = std::max(block, n);
+    if (u.kind == UnitKind::embedding) embedding = n;
+    if (u.kind == UnitKind::head) head = n;
+    if (u.held_through_step) held += n;  // a tied embedding: gathered from its forward to the end of the backward
+  }
+  const double rb = in.reduce_bytes;
+  // DDP and ZeRO-1, during backward: the gradients autograd hands over before
+  // they are copied into the buckets. Fitted, not derived: one extra copy of
+  // the blocks' gradients and one of the token embedding's (measured on the
+  // CPU, benchmarks/memory_table.py; docs/memory.md).
+  const double handover =
+      (in_blocks + static_cast<double>(m.padded_vocab) * static_cast<double>(m.n_embd)) * pb;
+  switch (strategy) {
+    case StrategyKind::ddp:  // flat parameter and gradient buckets, every bucket's AdamW state
+      e.weights = P * pb;
+      e.gradients = P * rb + handover;
+      e.optimizer = P * opt_per_param;
+      break;
+    case StrategyKind::zero1:  // + the reduce-scattered gradient shard; AdamW state of 1/W
+      e.weights = P * pb;
+      e.gradients = P * rb + P * rb / W + handover;
+      e.optimizer = P * opt_per_param / W;
+      break;
+    case StrategyKind::fsdp: {
+      // Shards of 1/W (distributed/sharding_plan.hpp: the embedding, each block,
+      // the final norm with the head), the gradient shard in fp32; gathered in
+      // full in param_dtype: the unit computing and the next one with prefetch
+      // (the head stays gathered from the final norm to its backward), a tied
+      // embedding through the whole step; during a unit's backward its full
+      // gradients in reduce_dtype, two units' at a time.
+      const double unit = std::max({block, head, held > 0 ? 0.0 : embedding});
+      const double gathered = W > 1 ? unit + (in.fsdp_prefetch ? std::max(block, head) : 0.0) + held : 0.0;
+      e.weights = P * pb / W + gathered * pb;
+      e.gradients = P * 4.0 / W + (W > 1 ? 2 * unit * rb : 0.0);
+      e.optimizer = P * opt_per_param / W;
+      break;
+    }
+  }
+  return e;
+}
+
+std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, const MemoryInputs& in) {
+  return {estimate_memory(m, in, StrategyKind::ddp), estimate_memory(m, in, StrategyKind::zero1),
+          estimate_memory(m, in, StrategyKind::fsdp)};
+}
+
 std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
                                             int64_t world_size, AttentionBackend attention) {
-  LLMTRAIN_CHECK(world_size >= 1, "world size must be >= 1, got {}", world_size);
-  const double e = dtype_bytes(dtype);
-  const double P = static_cast<double>(m.num_params());
-  const double W = static_cast<double>(world_size);
-  // AdamW: exp_avg + exp_avg_sq in fp32, plus fp32 master weights for 16-bit compute.
-  const double opt_per_param = 8.0 + (e < 4.0 ? 4.0 : 0.0);
-  const double act = activation_bytes(m, dtype, batch_size, attention);
+  MemoryInputs in;
+  in.dtype = dtype;
+  in.batch_size = batch_size;
+  in.world_size = world_size;
+  in.attention = attention;
+  return estimate_memory(m, in);
+}
 
-  MemoryEstimate ddp{StrategyKind::ddp, P * e, P * e, P * opt_per_param, act};
-  MemoryEstimate zero1{StrategyKind::zero1, P * e, P * e, P * opt_per_param / W, act};
-  // FSDP units: the plan the strategy shards by (distributed/sharding_plan.hpp).
-  // Each rank keeps 1/W of everything, plus the gathered weights of the unit in
-  // use and the next (prefetched) one, and the full gradients of one unit
-  // before its reduce-scatter: sized by the largest unit.
-  double unit = 0;
-  for (const auto& u : fsdp_sharding_plan(m)) unit = std::max(unit, static_cast<double>(u.numel));
-  MemoryEstimate fsdp{StrategyKind::fsdp, P * e / W + (W > 1 ? 2 * unit * e : 0.0), P * e / W + (W > 1 ? unit * e : 0.0),
-                      P * opt_per_param / W, act};
-  return {ddp, zero1, fsdp};
+int64_t max_batch_size(const ModelConfig& m, MemoryInputs in, StrategyKind strategy, double bytes) {
+  auto fits = [&](int64_t b) {
+    in.batch_size = b;
+    return estimate_memory(m, in, strategy).total() <= bytes;
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;  // fits(lo), and hi is to be tested
+  while (hi < (int64_t{1} << 40) && fits(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {  // fits(lo), !fits(hi)
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 }  // namespace llmtrain

@@ -17,6 +17,7 @@
 
 #include "llmtrain/core/progress.hpp"
 #include "llmtrain/distributed/collectives.hpp"
+#include "llmtrain/train/device_memory.hpp"
 
 namespace llmtrain {
 namespace {
@@ -135,6 +136,7 @@ nlohmann::json IterationMetrics::to_json() const {
   j["memory_allocated_gb"] = memory.allocated_gb;
   j["memory_peak_gb"] = memory.peak_gb;
   j["memory_reserved_gb"] = memory.reserved_gb;
+  if (allocated_peak_bytes) j["allocated_peak_bytes"] = *allocated_peak_bytes;
   if (grad_norm && std::isfinite(*grad_norm)) j["grad_norm"] = *grad_norm;  // absent when unknown or non-finite
   j["tokens"] = tokens;
   j["tokens_per_sec_per_device"] = tokens_per_sec_per_device;
@@ -227,6 +229,7 @@ void Metrics::charge(Phase p, const Mark& open, const Mark& close) {
 }
 
 void Metrics::start_iter() {
+  reset_allocated_peak(setup_.device);  // each record's allocated_peak_bytes is its own iteration's
   phase_s_.fill(0.0);
   in_iter_ = true;
   iter_t0_ = Clock::now();
@@ -257,6 +260,7 @@ IterationMetrics Metrics::end_iter(int64_t iter, double loss, double lr, std::op
   }
   m.other_ms = m.dt_ms - sum_ms;
   m.memory = memory_stats(setup_.device);
+  if (const auto a = allocated_bytes(setup_.device)) m.allocated_peak_bytes = a->peak;
   // A non-finite loss is not a measurement error: the trainer handles it as a
   // bad step (skipped on every rank, an event in the run log).
   const double peak_total =
@@ -318,6 +322,7 @@ nlohmann::json summarize_records(const nlohmann::json& records, int64_t max_warm
   s["iterations_averaged"] = n - skip;
   if (n == 0) return s;
   double sum_dt = 0, sum_tokens = 0, sum_flop_ms = 0, sum_mfu_ms = 0, mfu_dt = 0, peak_mem = 0, peak_reserved = 0;
+  double allocated_peak = -1;  // -1: no record has it
   bool mfu_known = true;
   std::array<double, kNumPhases + 1> phase_sum{};
   int64_t n_errors = 0;
@@ -325,6 +330,7 @@ nlohmann::json summarize_records(const nlohmann::json& records, int64_t max_warm
     const auto& r = records[static_cast<size_t>(i)];
     peak_mem = std::max(peak_mem, num_or(r, "memory_peak_gb", 0.0));
     peak_reserved = std::max(peak_reserved, num_or(r, "memory_reserved_gb", 0.0));
+    allocated_peak = std::max(allocated_peak, num_or(r, "allocated_peak_bytes", -1.0));
     if (r.contains("errors") && r["errors"].is_array()) n_errors += static_cast<int64_t>(r["errors"].size());
     if (i < skip) continue;
     const double dt = num_or(r, "dt_ms", 0.0);
@@ -351,6 +357,7 @@ nlohmann::json summarize_records(const nlohmann::json& records, int64_t max_warm
   s["mean_other_ms"] = phase_sum[kNumPhases] / cnt;
   s["memory_peak_gb"] = peak_mem;
   s["memory_reserved_gb"] = peak_reserved;
+  if (allocated_peak >= 0) s["allocated_peak_bytes"] = static_cast<int64_t>(allocated_peak);  // this log's rank
   s["final_loss"] = num_or(records[static_cast<size_t>(n - 1)], "loss", std::nan(""));
   s["total_time_s"] = 0.0;
   double total = 0;

@@ -29,7 +29,9 @@
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
 #include "llmtrain/train/checkpoint.hpp"    // defines: Checkpointer, TrainState (HDF5 checkpoints, resume)
 #include "llmtrain/train/checkpoint_state.hpp"  // defines: the state's parts in a checkpoint (Stateful)
+#include "llmtrain/train/device_memory.hpp"  // defines: count_cpu_allocations, allocated_bytes, available_memory
 #include "llmtrain/train/eval_full.hpp"     // defines: evaluate_full (eval_full=True)
+#include "llmtrain/train/memory_check.hpp"  // defines: check_memory_fits (refuse before an out-of-memory)
 #include "llmtrain/train/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
 #include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
 #include "llmtrain/core/progress.hpp"      // defines: ProgressBar
@@ -101,6 +103,7 @@ struct Trainer::Impl {
     rt.watchdog().activity("start-up");
     // 1. device and precision
     device = rt.setup_device(cfg.device, cfg.num_threads);
+    if (device.is_cpu()) count_cpu_allocations();  // the run log's allocated_peak_bytes (CUDA: its allocator counts)
     dtype = compute_dtype(cfg.dtype, device);
     scaler = LossScaler(dtype == torch::kHalf);  // float16 needs loss scaling; bfloat16 does not
     const std::string tf32 = enable_tf32(device);
@@ -116,6 +119,7 @@ struct Trainer::Impl {
       throw ConfigError(fmt::format("config key 'vocab_size' ({}) is smaller than the data's vocabulary ({} in {})",
                                     mcfg.vocab_size, data.vocab_size, cfg.data_dir));
     if (!cfg.export_hf.empty()) check_hf_export_target(cfg.export_hf, mcfg);  // refused before any work
+    check_memory_fits(cfg, mcfg, rt.world_size(), available_memory(device, rt.local_size(), rt.hostname()));
     torch::manual_seed(cfg.seed);
     model = Transformer(mcfg);
     model->init_weights(static_cast<uint64_t>(cfg.seed));
@@ -607,6 +611,22 @@ struct Trainer::Impl {
     return true;
   }
 
+  // summary.allocated_peak_bytes: the largest of every rank's peak over its
+  // iterations, and each rank's (collective; absent where nothing was counted).
+  void add_allocated_peaks(nlohmann::json& s) {
+    int64_t mine = -1;
+    for (const auto& m : metrics->history()) mine = std::max(mine, m.allocated_peak_bytes.value_or(-1));
+    auto in = torch::tensor({static_cast<double>(mine)}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
+    auto all = torch::zeros({comm->world_size()}, in.options());
+    comm->all_gather(in, all);
+    const auto peaks = all.cpu();
+    std::vector<int64_t> per_rank;
+    for (int64_t r = 0; r < peaks.numel(); ++r) per_rank.push_back(static_cast<int64_t>(peaks[r].item<double>()));
+    if (*std::min_element(per_rank.begin(), per_rank.end()) < 0) return;
+    s["allocated_peak_bytes_per_rank"] = per_rank;
+    s["allocated_peak_bytes"] = *std::max_element(per_rank.begin(), per_rank.end());
+  }
+
   // The run log's summary and status; the model exported unless a signal
   // stopped the run early.
   TrainResult finish_run(TrainResult result) {
@@ -620,6 +640,7 @@ struct Trainer::Impl {
     auto s = summary;
     s["bad_steps"] = state.bad_steps;
     if (prediction) prediction->add_to_summary(s);
+    add_allocated_peaks(s);
     s["status"] = result.stopped_by_signal ? "stopped" : "completed";
     if (result.stopped_by_signal) s["stop_signal"] = result.stopped_by_signal;
     s["data_sources"] = nlohmann::json::array();

@@ -382,6 +382,51 @@ elif case == "run_log_full_disk":
               f"its last version is complete JSON, no temporary file left")
     finally:
         subprocess.run(["umount", "-l", mnt])
+elif case == "memory_check":
+    # A micro-batch predicted to need ~192 GiB per rank is refused at start-up,
+    # before anything large is allocated: one line (predicted against available,
+    # the largest micro-batch that fits with and without activation
+    # checkpointing), within seconds, not an allocator's stack trace.
+    import time
+    data = prepare()
+    cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
+    llm = e2e_common.llmtrain()
+
+    def describe(*extra):
+        p = run([llm, cfg, "--describe", "--describe_format=json", "--describe_world_size=1", *extra])
+        lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+        assert len(lines) == 1, f"--describe_format=json printed {len(lines)} lines:\n{p.stdout}"
+        return json.loads(lines[0])
+
+    gib = 1024.0 ** 3
+    peak = lambda b: describe(f"--batch_size={b}")["memory"]["peak_bytes_per_rank"]
+    p1, p2 = peak(1), peak(2)
+    batch = int(round((192 * gib - p1) / (p2 - p1))) + 1
+    need = peak(batch)
+    assert 180 * gib < need < 200 * gib, need / gib
+    avail = describe(f"--batch_size={batch}", f"--describe_memory_gib=24")["memory"]
+    assert 0 < avail["max_batch_size"] < batch, avail
+    for n in (1, 2):
+        t0 = time.time()
+        cmd = [llm, cfg, f"--data_dir={data}", "--out_dir=out", CPU, f"--batch_size={batch}"]
+        p = run(mpi(n, *cmd) if n > 1 else cmd, expect_ok=False, timeout=120)
+        took = time.time() - t0
+        ours = [ln for ln in p.stdout.splitlines() if "memory_check:" in ln]
+        assert p.returncode != 0 and ours, p.stdout
+        assert took < 60, f"refused after {took:.0f} s"
+        line = ours[0]
+        assert "predicted peak 1" in line and "exceeds the" in line and "MemAvailable" in line, line
+        assert "without activation checkpointing" in line and "with full activation checkpointing" in line, line
+        assert "Traceback" not in p.stdout and "bad_alloc" not in p.stdout and "allocate" not in p.stdout, p.stdout
+        if n == 1:  # run alone (no mpiexec banner): the one line is all it prints
+            printed = [ln for ln in p.stdout.splitlines() if ln.strip()]
+            assert printed == [line], p.stdout
+        print(f"{n} rank(s): refused in {took:.1f} s: {line}")
+    # (memory_check=False skipping the check is tested in test_metrics'
+    # DeviceMemory.RefusalLine: a run of 192 GiB cannot be let through here.)
+    # The tiny preset's own batch is not refused, on 2 ranks.
+    p = run(mpi(2, llm, cfg, f"--data_dir={data}", "--out_dir=out2", CPU, "--max_iters=2", "--eval_iters=1"))
+    assert "memory_check:" not in p.stdout, p.stdout
 else:
     sys.exit(f"unknown case {case}")
 print("PASS")

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -13,6 +14,8 @@
 #include "llmtrain/distributed/collectives.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/prediction/device_peaks.hpp"
+#include "llmtrain/train/device_memory.hpp"
+#include "llmtrain/train/memory_check.hpp"
 #include "llmtrain/train/metrics.hpp"
 #include "llmtrain/train/run_log.hpp"
 #include "llmtrain/train/run_log_reader.hpp"
@@ -503,4 +506,72 @@ TEST(RunLog, StartupInfoHasEveryConfigKeyAndVersions) {
   const auto block = format_startup_block(c, model, env, s);
   for (const char* want : {"8 x NVIDIA B200", "bfloat16", "DDP (NCCL)", "6N + 12LHQT", "2250", "50% MFU"})
     EXPECT_NE(block.find(want), std::string::npos) << want << "\n" << block;
+}
+
+// The counting CPU allocator counts every byte of tensor storage, exactly, and
+// its peak window restarts at reset_allocated_peak.
+TEST(DeviceMemory, CountingCpuAllocatorIsExact) {
+  count_cpu_allocations();
+  count_cpu_allocations();  // once per process
+  const torch::Device cpu(torch::kCPU);
+  const auto before = allocated_bytes(cpu);
+  ASSERT_TRUE(before.has_value());
+  reset_allocated_peak(cpu);
+  {
+    auto a = torch::empty({1000, 1000}, torch::kFloat);  // 4,000,000 bytes
+    auto b = torch::empty({500}, torch::kDouble);        // 4,000 bytes
+    const auto during = allocated_bytes(cpu);
+    EXPECT_EQ(during->current - before->current, 4004000);
+  }
+  const auto after = allocated_bytes(cpu);
+  EXPECT_EQ(after->current, before->current);
+  EXPECT_EQ(after->peak - before->current, 4004000);
+  reset_allocated_peak(cpu);
+  EXPECT_EQ(allocated_bytes(cpu)->peak, after->current);
+  // Threads allocate too (the loader, LibTorch's pool): the counts stay exact.
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([] {
+      for (int i = 0; i < 200; ++i) auto x = torch::ones({257}, torch::kFloat);
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(allocated_bytes(cpu)->current, after->current);
+  EXPECT_GE(allocated_bytes(cpu)->peak, after->current + 257 * 4);
+}
+
+// A run that cannot fit is refused in one line naming the prediction, what is
+// available and the largest micro-batches that fit; memory_check=false runs.
+TEST(DeviceMemory, RefusalLine) {
+  const ModelConfig m = llama_1_36b();
+  MemoryInputs in;
+  in.dtype = ComputeDtype::bfloat16;
+  in.batch_size = 64;
+  in.world_size = 8;
+  const AvailableMemory gpu{80LL << 30, "free on GPU 0 (cudaMemGetInfo)"};
+  const auto line = memory_refusal(m, in, StrategyKind::zero1, gpu);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_EQ(line->find('\n'), std::string::npos) << *line;
+  const int64_t b = max_batch_size(m, in, StrategyKind::zero1, 80.0 * (1LL << 30));
+  MemoryInputs full = in;
+  full.recomputed_blocks = m.n_layer;
+  const int64_t bf = max_batch_size(m, full, StrategyKind::zero1, 80.0 * (1LL << 30));
+  EXPECT_GT(b, 0);
+  EXPECT_GT(bf, b);
+  EXPECT_NE(line->find(fmt::format("batch_size={} without activation checkpointing, {} with full", b, bf)),
+            std::string::npos)
+      << *line;
+  EXPECT_NE(line->find("free on GPU 0"), std::string::npos) << *line;
+  // b fits, b + 1 does not.
+  in.batch_size = b;
+  EXPECT_FALSE(memory_refusal(m, in, StrategyKind::zero1, gpu).has_value());
+  in.batch_size = b + 1;
+  EXPECT_TRUE(memory_refusal(m, in, StrategyKind::zero1, gpu).has_value());
+  EXPECT_FALSE(memory_refusal(m, in, StrategyKind::zero1, {-1, "unknown"}).has_value());
+  Config c;
+  c.batch_size = 64;
+  c.dtype = ComputeDtype::bfloat16;
+  c.use_zero1 = true;
+  EXPECT_THROW(check_memory_fits(c, m, 8, gpu), ConfigError);
+  c.memory_check = false;
+  EXPECT_NO_THROW(check_memory_fits(c, m, 8, gpu));
 }

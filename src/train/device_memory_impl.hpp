@@ -1,0 +1,12 @@
+// Private: the CUDA half of train/device_memory.cpp (device_memory_cuda.cpp,
+// compiled in CUDA builds only).
+#pragma once
+#include <cstdint>
+
+#include "llmtrain/train/device_memory.hpp"
+
+namespace llmtrain::detail {
+AllocatedBytes cuda_allocated_bytes(int device_index);
+void cuda_reset_allocated_peak(int device_index);
+int64_t cuda_free_bytes(int device_index);  // cudaMemGetInfo's free bytes
+}  // namespace llmtrain::detail
