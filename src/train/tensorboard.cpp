@@ -190,8 +190,7 @@ constexpr ScalarTag kIterationTags[] = {
     {"memory_allocated_gb", "memory/allocated_gb"},
     {"memory_peak_gb", "memory/peak_gb"},
     {"memory_reserved_gb", "memory/reserved_gb"},
-    {"memory_peak_gb_per_rank", "memory/peak_gb_per_rank"},
-    {"memory_allocated_peak_gb_per_rank", "memory/allocated_peak_gb_per_rank"},
+    {"allocated_peak_bytes", "memory/allocated_peak_bytes"},  // what LibTorch allocated at most (rank 0)
 };
 constexpr ScalarTag kEvalTags[] = {
     {"train_loss", "loss/eval_train"},
