@@ -11,7 +11,7 @@
 #   LLMTRAIN_VENV           where the venv lives (default ~/.cache/llmtrain/venv)
 #   LLMTRAIN_BASE_PYTHON    the interpreter the venv is made from (default python3)
 #   LLMTRAIN_PYTHON_PROFILE full (default): everything the tests need;
-#                           run: only torch and the corpus (the quick start)
+#                           run: only torch, pyarrow (the build links both) and the corpus (the quick start)
 #
 # Where the base interpreter already imports a torch >= the pinned major.minor
 # (a GPU image's torch, Spack's py-torch), the venv is made with
@@ -79,11 +79,11 @@ py=$venv/bin/python
 reqs=$(mktemp); trap 'rm -f "$reqs"' EXIT
 if [[ "$mode" != pinned ]]; then
   # Keep the base interpreter's torch (and the numpy it was built with).
-  [[ "$profile" == run ]] || grep -vE '^(torch|numpy)==' "$req" >"$reqs"
+  if [[ "$profile" == run ]]; then grep -E '^pyarrow==' "$req" >"$reqs"; else grep -vE '^(torch|numpy)==' "$req" >"$reqs"; fi
   echo "python-env: using the base interpreter's torch $sys_torch (>= $min) in $venv"
 elif [[ "$profile" == run ]]; then
-  grep -E '^torch==' "$req" >"$reqs"
-  echo "python-env: installing torch==$pin and the corpus into $venv (about 3 GB to download)"
+  grep -E '^(torch|pyarrow)==' "$req" >"$reqs"  # the two wheels whose C++ libraries the build links
+  echo "python-env: installing torch==$pin, pyarrow and the corpus into $venv (about 3 GB to download)"
 else
   cp "$req" "$reqs"
   echo "python-env: installing torch==$pin, the test oracles and the corpus into $venv (about 3 GB to download)"
