@@ -370,8 +370,7 @@ int main(int argc, char** argv) try {
   if (profile) {
     plan_apply_prediction(rows, a.device, gpus, std::min(gpus, 8));
     if (!a.json)
-      std::cout << fmt::format("times predicted for {} x {} ({} per node) by the performance model
-", gpus, a.device,
+      std::cout << fmt::format("times predicted for {} x {} ({} per node) by the performance model\n", gpus, a.device,
                                std::min(gpus, 8));
   }
   if (speed) {

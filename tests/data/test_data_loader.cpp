@@ -218,6 +218,7 @@ TEST(DataLoader, WorkersReadWhileCheckpointsAreWrittenEveryIteration) {
     }
   }
   EXPECT_EQ(fast.position(), 2 * kIters);
+}
 
 // ---- blends (data_mix) -------------------------------------------------------------
 
