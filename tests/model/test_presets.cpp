@@ -154,15 +154,21 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   EXPECT_DOUBLE_EQ(est[0].weights + est[0].gradients - handover + est[0].optimizer, 16.0 * P);
   EXPECT_DOUBLE_EQ(est[1].weights + est[1].gradients - handover + est[1].optimizer, 9.5 * P);
   EXPECT_DOUBLE_EQ(est[1].optimizer, 8.0 * P / 8);
-  // 16-bit parameters (param_dtype=bfloat16): 2 + 2 + 12 under DDP.
+  // 16-bit parameters (param_dtype=bfloat16) under DDP: 2 (parameters) + 4 (the
+  // fp32 gradient buckets of reduce_dtype=float32) + 12 (fp32 master and
+  // moments) = 18; with reduce_dtype=bfloat16 the buckets are 2: 16.
   llmtrain::MemoryInputs in16;
   in16.dtype = ComputeDtype::bfloat16;
   in16.param_bytes = 2;
   in16.batch_size = 8;
   in16.world_size = 8;
   const auto e16 = llmtrain::estimate_memory(m, in16, llmtrain::StrategyKind::ddp);
-  EXPECT_DOUBLE_EQ(e16.weights + e16.gradients - handover / 2 + e16.optimizer, 16.0 * P);
+  EXPECT_DOUBLE_EQ(e16.weights + e16.gradients - handover / 2 + e16.optimizer, 18.0 * P);
   EXPECT_DOUBLE_EQ(e16.weights, 2.0 * P);
+  llmtrain::MemoryInputs r16 = in16;
+  r16.reduce_bytes = 2;
+  const auto e16r = llmtrain::estimate_memory(m, r16, llmtrain::StrategyKind::ddp);
+  EXPECT_DOUBLE_EQ(e16r.weights + e16r.gradients - handover / 2 + e16r.optimizer, 16.0 * P);
   // Full activation checkpointing keeps less; the largest micro-batch grows.
   llmtrain::MemoryInputs ck = in16;
   ck.recomputed_blocks = m.n_layer;
