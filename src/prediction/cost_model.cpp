@@ -351,10 +351,9 @@ nlohmann::json prediction_json(const StepPrediction& p) {
   nlohmann::json collectives = nlohmann::json::array();
   for (const auto& c : p.collectives)
     collectives.push_back({{"what", c.what}, {"bytes", c.bytes}, {"seconds", c.seconds}, {"exposed_s", c.exposed_s}});
-  return {{"device", p.device},
+  nlohmann::json j = {{"device", p.device},
           {"step_time_s", p.step_time_s},
           {"tokens_per_s", p.tokens_per_s},
-          {"mfu", p.mfu_percent ? nlohmann::json(*p.mfu_percent) : nlohmann::json(nullptr)},
           {"phases",
            {{"data_s", p.data_s},
             {"forward_s", p.forward_s},
@@ -370,6 +369,9 @@ nlohmann::json prediction_json(const StepPrediction& p) {
             {"launch_s", p.launch_s},
             {"communication_total_s", p.communication_total_s},
             {"collectives", collectives}}}};
+  // Absent, never null, where the device has no dense peak (a CPU profile).
+  if (p.mfu_percent) j["mfu"] = *p.mfu_percent;
+  return j;
 }
 
 }  // namespace llmtrain
