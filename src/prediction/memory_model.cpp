@@ -96,10 +96,14 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
       // (the head stays gathered from the final norm to its backward), a tied
       // embedding through the whole step; during a unit's backward its full
       // gradients in reduce_dtype, two units' at a time.
-      const double unit = std::max({block, head, held > 0 ? 0.0 : embedding});
-      const double gathered = W > 1 ? unit + (in.fsdp_prefetch ? std::max(block, head) : 0.0) + held : 0.0;
-      e.weights = P * pb / W + gathered * pb;
-      e.gradients = P * 4.0 / W + (W > 1 ? 2 * unit * rb : 0.0);
+      // The pairs that are full together: a block and the next, the head and
+      // the last block, the embedding and the first block.
+      const double emb = held > 0 ? 0.0 : embedding;
+      const double pair = in.fsdp_prefetch ? std::max({2 * block, head + block, emb + block})
+                                           : std::max({block, head, emb});
+      const double grad_pair = std::max({2 * block, head + block, emb + block});
+      e.weights = P * pb / W + (W > 1 ? pair + held : 0.0) * pb;
+      e.gradients = P * 4.0 / W + (W > 1 ? grad_pair * rb : 0.0);
       e.optimizer = P * opt_per_param / W;
       break;
     }
