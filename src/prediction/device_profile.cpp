@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -168,22 +169,27 @@ DeviceProfile load_device_profile(const std::string& name_or_file) {
   return device_profile_from_json(j, name_or_file);
 }
 
+// The numeric fields of a profile file: written and read from this one list.
+constexpr std::pair<const char*, double DeviceProfile::*> kNumericFields[] = {
+    {"matmul_tflops_16bit", &DeviceProfile::matmul_tflops_16bit},
+    {"matmul_tflops_fp32", &DeviceProfile::matmul_tflops_fp32},
+    {"attention_tflops_16bit", &DeviceProfile::attention_tflops_16bit},
+    {"attention_tflops_fp32", &DeviceProfile::attention_tflops_fp32},
+    {"memory_gbps", &DeviceProfile::memory_gbps},
+    {"intra_node_busbw_gbps", &DeviceProfile::intra_node_busbw_gbps},
+    {"inter_node_busbw_gbps", &DeviceProfile::inter_node_busbw_gbps},
+    {"collective_latency_us", &DeviceProfile::collective_latency_us},
+    {"launch_us", &DeviceProfile::launch_us},
+    {"storage_gbps", &DeviceProfile::storage_gbps},
+    {"data_batch_us", &DeviceProfile::data_batch_us},
+    {"comm_overlap", &DeviceProfile::comm_overlap},
+};
+
 nlohmann::json device_profile_json(const DeviceProfile& p) {
-  return {{"name", p.name},
-          {"model", p.model},
-          {"matmul_tflops_16bit", p.matmul_tflops_16bit},
-          {"matmul_tflops_fp32", p.matmul_tflops_fp32},
-          {"attention_tflops_16bit", p.attention_tflops_16bit},
-          {"attention_tflops_fp32", p.attention_tflops_fp32},
-          {"memory_gbps", p.memory_gbps},
-          {"intra_node_busbw_gbps", p.intra_node_busbw_gbps},
-          {"inter_node_busbw_gbps", p.inter_node_busbw_gbps},
-          {"collective_latency_us", p.collective_latency_us},
-          {"launch_us", p.launch_us},
-          {"storage_gbps", p.storage_gbps},
-          {"data_batch_us", p.data_batch_us},
-          {"comm_overlap", p.comm_overlap},
-          {"gemm_tflops", p.gemm_tflops}};
+  nlohmann::json j = {{"name", p.name}, {"model", p.model}};
+  for (const auto& [key, member] : kNumericFields) j[key] = p.*member;
+  j["gemm_tflops"] = p.gemm_tflops;
+  return j;
 }
 
 DeviceProfile device_profile_from_json(const nlohmann::json& j, const std::string& source) {
@@ -199,18 +205,7 @@ DeviceProfile device_profile_from_json(const nlohmann::json& j, const std::strin
     throw ConfigError(fmt::format("device profile {}: expected a JSON object with a string 'name'", source));
   p.name = j.at("name").get<std::string>();
   p.model = j.value("model", std::string());
-  num("matmul_tflops_16bit", p.matmul_tflops_16bit);
-  num("matmul_tflops_fp32", p.matmul_tflops_fp32);
-  num("attention_tflops_16bit", p.attention_tflops_16bit);
-  num("attention_tflops_fp32", p.attention_tflops_fp32);
-  num("memory_gbps", p.memory_gbps);
-  num("intra_node_busbw_gbps", p.intra_node_busbw_gbps);
-  num("inter_node_busbw_gbps", p.inter_node_busbw_gbps);
-  num("collective_latency_us", p.collective_latency_us);
-  num("launch_us", p.launch_us);
-  num("storage_gbps", p.storage_gbps);
-  num("data_batch_us", p.data_batch_us);
-  num("comm_overlap", p.comm_overlap);
+  for (const auto& [key, member] : kNumericFields) num(key, p.*member);
   if (j.contains("gemm_tflops"))
     for (const auto& [k, v] : j.at("gemm_tflops").items()) p.gemm_tflops[k] = v.get<double>();
   for (double r : {p.matmul_tflops_fp32, p.memory_gbps, p.intra_node_busbw_gbps})
