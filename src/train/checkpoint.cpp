@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cstring>
@@ -112,7 +111,6 @@ struct Checkpointer::Async {
   std::thread writer;
   CheckpointOps snapshot;
   AsyncResult result;
-  std::atomic<bool> done{false};
   ~Async() {
     if (writer.joinable()) writer.join();
     int finalized = 0;
@@ -309,7 +307,6 @@ void Checkpointer::save_async(int64_t iteration) {
   a.result = AsyncResult{};
   a.result.iteration = iteration;
   a.result.snapshot_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  a.done = false;
   a.writer = std::thread([this, &a, iteration] {
     const auto t1 = std::chrono::steady_clock::now();
     try {
@@ -318,7 +315,6 @@ void Checkpointer::save_async(int64_t iteration) {
       a.result.error = e.what();
     }
     a.result.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    a.done = true;
   });
 }
 
@@ -328,7 +324,6 @@ std::optional<Checkpointer::AsyncResult> Checkpointer::wait() {
   return async_->result;
 }
 
-bool Checkpointer::async_busy() const { return async_ && async_->writer.joinable() && !async_->done; }
 
 // Rank 0's verdict on a file before every rank reads it collectively: "" when
 // every part can load it; "corrupt: ..." when it cannot be read; "mismatch: ..."

@@ -52,12 +52,6 @@ struct CheckpointOps {
     any_cuda = any_cuda || part.is_cuda();
     return buf;
   }
-  int64_t tensor_bytes() const {
-    int64_t b = 0;
-    for (const auto& op : ops)
-      if (op.data.defined()) b += op.data.numel() * 4;
-    return b;
-  }
   // Ready for the next snapshot: the tensors become spares.
   void recycle() {
     spare.clear();

@@ -238,8 +238,6 @@ class Checkpointer {
   };
   // Collective. Joins the save in flight; nullopt when none was.
   std::optional<AsyncResult> wait();
-  // Rank-local and never blocks: whether a save is in flight and not yet done.
-  bool async_busy() const;
 
   // Collective. Loads the newest loadable checkpoint into every part and
   // returns what it said; nullopt when the directory holds no checkpoint at
