@@ -199,6 +199,10 @@ PY
 # ---- 7. pre-emption: signal -> checkpoint -> 124 -> requeue -> resume ----------
 note "pre-emption: tier1 (2 ranks, mpirun) signalled mid-run, requeued, resumed"
 export LLMTRAIN_LAUNCHER=mpirun
+# mpirun gets USR1 here, never SIGTERM, so its grace (LLMTRAIN_MPIRUN_GRACE_S,
+# 30 s) never spares a rank; but when the ranks exit 124 it ends the job as on an
+# abort and waits twice that grace, with no rank left, before the job can requeue.
+export LLMTRAIN_MPIRUN_GRACE_S=5
 LONG=600
 ITERS=$LONG sub --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --time=10 "$src/jobs/tier1.sbatch"
 ((jobrc == 0)) || { show_log "$jobid"; fail "uninterrupted tier1 job $jobid exited $jobrc"; }
@@ -260,6 +264,6 @@ print(f"ok: signalled at iteration {n}, checkpointed, exit 124, requeued, resume
       f"{resumed['startup_info']['resumed_from']['iteration']}; {iters} iterations equal the uninterrupted job's; "
       f"signal to resumed job's run log: {os.path.getmtime(logs[1]) - t_signal:.1f} s")
 PY
-unset LLMTRAIN_LAUNCHER
+unset LLMTRAIN_LAUNCHER LLMTRAIN_MPIRUN_GRACE_S
 
 echo "PASS: all Slurm job-template checks"
