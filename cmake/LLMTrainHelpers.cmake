@@ -1,7 +1,6 @@
 # llmtrain_add_test(NAME <name> SOURCES <files...> [NPROCS <n>] [LABELS <labels...>]
 #                   [ARGS <args...>] [TIMEOUT <s>])
-# One test executable (GoogleTest main, links llmtrain; the precompiled header of
-#   llmtrain_test_main, tests/CMakeLists.txt). NPROCS > 0 runs it under
+# One test executable (GoogleTest main, links llmtrain). NPROCS > 0 runs it under
 #   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} N ${MPIEXEC_PREFLAGS} <exe> ${MPIEXEC_POSTFLAGS}
 # with Open MPI's run-as-root and oversubscribe settings and OMP_NUM_THREADS=1.
 # Several NPROCS values may be given: one CTest test per value, named <name>_np<N>.
@@ -12,7 +11,6 @@ function(llmtrain_add_test)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE llmtrain llmtrain_test_main)
-  target_precompile_headers(${T_NAME} REUSE_FROM llmtrain_test_main)
   if(NOT T_NPROCS)
     add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
     set(_tests ${T_NAME})
