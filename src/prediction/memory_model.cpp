@@ -11,21 +11,46 @@ namespace llmtrain {
 
 namespace {
 
-// What a step keeps for backward: blocks that are not recomputed keep all they
-// save; a recomputed block keeps its input, and during its backward one block's
-// activations exist again (the one being recomputed).
-double step_activations(const ModelConfig& m, const MemoryInputs& in) {
-  const int64_t r = std::clamp<int64_t>(in.recomputed_blocks, 0, m.n_layer);
-  const double block = activation_bytes_per_block(m, in.dtype, in.batch_size, in.attention);
-  double bytes = static_cast<double>(m.n_layer - r) * block +
-                 static_cast<double>(r) * activation_bytes_block_input(m, in.batch_size) + (r > 0 ? block : 0.0) +
-                 activation_bytes_outside_blocks(m, in.dtype, in.batch_size);
-  // Autocast below fp32 with fp32 parameters: each matmul weight's 16-bit copy
-  // is cached for the forward and saved for backward (every strategy: the copy
-  // outlives FSDP's freeing of the gathered fp32 unit).
-  if (in.dtype != ComputeDtype::float32 && in.param_bytes > dtype_bytes(in.dtype))
-    bytes += static_cast<double>(m.num_matmul_params()) * dtype_bytes(in.dtype);
-  return bytes;
+// Autocast below fp32 with fp32 parameters: each matmul weight's 16-bit copy
+// is cached for the forward and saved for backward (every strategy: the copy
+// outlives FSDP's freeing of the gathered fp32 unit). `share` of the blocks'
+// matmul weights, and the head's where `head`.
+double weight_copies(const ModelConfig& m, const MemoryInputs& in, double share, bool head) {
+  if (in.dtype == ComputeDtype::float32 || in.param_bytes <= dtype_bytes(in.dtype)) return 0.0;
+  const double head_params = static_cast<double>(m.vocab_size) * static_cast<double>(m.n_embd);
+  const double blocks = static_cast<double>(m.num_matmul_params()) - head_params;
+  return (share * blocks + (head ? head_params : 0.0)) * dtype_bytes(in.dtype);
+}
+
+// The end of the forward: what every block keeps and the logits and loss,
+// every matmul weight's 16-bit copy (the autocast cache holds those of the
+// recomputed blocks too until the forward's autocast region ends).
+double forward_activations(const ModelConfig& m, const MemoryInputs& in) {
+  return activation_bytes_forward(m, in.recomputed_blocks, in.dtype, in.batch_size, in.attention, in.param_bytes) +
+         weight_copies(m, in, 1.0, true);
+}
+
+// The backward of the highest recomputed block j (activation checkpointing):
+// the saved tensors then (model/activations.hpp), the 16-bit weight copies of
+// the blocks below j that are not recomputed and of j (the recompute casts
+// again, uncached), and the gradients autograd has produced so far: the final
+// norm's and head's and those of blocks j and above, in param_dtype (DDP and
+// ZeRO-1: the tensors handed to the bucket hooks; FSDP counts its own).
+struct RecomputePhase {
+  double activations = 0, gradients = 0;
+};
+RecomputePhase recompute_phase(const ModelConfig& m, const MemoryInputs& in) {
+  const auto p =
+      activation_bytes_recompute(m, in.recomputed_blocks, in.dtype, in.batch_size, in.attention, in.param_bytes);
+  if (p.block < 0) return {};
+  const double L = static_cast<double>(m.n_layer);
+  double head = 0, block = 0;
+  for (const auto& u : fsdp_sharding_plan(m)) {
+    if (u.kind == UnitKind::head) head = static_cast<double>(u.numel);
+    if (u.kind == UnitKind::block) block = static_cast<double>(u.numel);
+  }
+  return {p.bytes + weight_copies(m, in, static_cast<double>(p.kept_below + 1) / L, false),
+          (head + (L - static_cast<double>(p.block)) * block) * in.param_bytes};
 }
 
 }  // namespace
@@ -61,7 +86,7 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
   // AdamW: exp_avg + exp_avg_sq in fp32, plus an fp32 master copy where
   // parameters are stored below fp32.
   const double opt_per_param = 8.0 + (pb < 4.0 ? 4.0 : 0.0);
-  MemoryEstimate e{strategy, 0, 0, 0, step_activations(m, in)};
+  MemoryEstimate e{strategy, 0, 0, 0, forward_activations(m, in)};
   const auto plan = fsdp_sharding_plan(m);
   double in_blocks = 0, block = 0, embedding = 0, head = 0, held = 0;
   for (const auto& u : plan) {
@@ -107,6 +132,14 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
       e.optimizer = P * opt_per_param / W;
       break;
     }
+  }
+  // With activation checkpointing the peak may be the backward of the highest
+  // recomputed block instead: then the gradients alive are those produced so
+  // far, not the end of the backward's.
+  const auto r = recompute_phase(m, in);
+  if (in.recomputed_blocks > 0) {
+    const double grads_now = strategy == StrategyKind::fsdp ? e.gradients : e.gradients - handover + r.gradients;
+    if (r.activations + grads_now > e.activations + e.gradients) e.activations = r.activations, e.gradients = grads_now;
   }
   return e;
 }
