@@ -22,12 +22,10 @@ double weight_copies(const ModelConfig& m, const MemoryInputs& in, double share,
   return (share * blocks + (head ? head_params : 0.0)) * dtype_bytes(in.dtype);
 }
 
-// The end of the forward: what every block keeps and the logits and loss,
-// every matmul weight's 16-bit copy (the autocast cache holds those of the
-// recomputed blocks too until the forward's autocast region ends).
+// What every block keeps and the logits and loss (the end of the forward and
+// the start of the backward).
 double forward_activations(const ModelConfig& m, const MemoryInputs& in) {
-  return activation_bytes_forward(m, in.recomputed_blocks, in.dtype, in.batch_size, in.attention, in.param_bytes) +
-         weight_copies(m, in, 1.0, true);
+  return activation_bytes_forward(m, in.recomputed_blocks, in.dtype, in.batch_size, in.attention, in.param_bytes);
 }
 
 // The backward of the highest recomputed block j (activation checkpointing):
@@ -86,7 +84,7 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
   // AdamW: exp_avg + exp_avg_sq in fp32, plus an fp32 master copy where
   // parameters are stored below fp32.
   const double opt_per_param = 8.0 + (pb < 4.0 ? 4.0 : 0.0);
-  MemoryEstimate e{strategy, 0, 0, 0, forward_activations(m, in)};
+  MemoryEstimate e{strategy, 0, 0, 0, 0};
   const auto plan = fsdp_sharding_plan(m);
   double in_blocks = 0, block = 0, embedding = 0, head = 0, held = 0;
   for (const auto& u : plan) {
@@ -127,19 +125,37 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
       const double pair = in.fsdp_prefetch ? std::max({2 * block, head + block, emb + block})
                                            : std::max({block, head, emb});
       const double grad_pair = std::max({2 * block, head + block, emb + block});
-      e.weights = P * pb / W + (W > 1 ? pair + held : 0.0) * pb;
-      e.gradients = P * 4.0 / W + (W > 1 ? grad_pair * rb : 0.0);
+      // On one rank too: the full buffer is apart from the shard, and the
+      // gradients pass through the flat buffer.
+      e.weights = P * pb / W + (pair + held) * pb;
+      e.gradients = P * 4.0 / W + grad_pair * rb;
       e.optimizer = P * opt_per_param / W;
       break;
     }
   }
-  // With activation checkpointing the peak may be the backward of the highest
-  // recomputed block instead: then the gradients alive are those produced so
-  // far, not the end of the backward's.
-  const auto r = recompute_phase(m, in);
+  // The peak is the start of the backward: what the blocks keep, the logits,
+  // the 16-bit weight copies autograd saved, the backward's gradients. With
+  // activation checkpointing it may instead be (whichever holds most):
+  // - the end of the forward: autocast's cache also holds the recomputed
+  //   blocks' copies, until the forward's autocast region ends; no gradient
+  //   of this backward exists yet;
+  // - the backward of the highest recomputed block: the gradients alive are
+  //   those produced so far, not the end of the backward's.
+  const double grads = e.gradients;
+  const double backward_grads = strategy == StrategyKind::fsdp ? grads - P * 4.0 / W : handover;
+  const double L = static_cast<double>(m.n_layer);
+  const double kept = (L - static_cast<double>(std::clamp<int64_t>(in.recomputed_blocks, 0, m.n_layer))) / L;
+  const double act = forward_activations(m, in);
+  e.activations = act + weight_copies(m, in, kept, true);
   if (in.recomputed_blocks > 0) {
-    const double grads_now = strategy == StrategyKind::fsdp ? e.gradients : e.gradients - handover + r.gradients;
-    if (r.activations + grads_now > e.activations + e.gradients) e.activations = r.activations, e.gradients = grads_now;
+    const double start = e.activations + grads;
+    const double forward_end = act + weight_copies(m, in, 1.0, true);
+    const auto r = recompute_phase(m, in);
+    const double recompute_grads = strategy == StrategyKind::fsdp ? grads : grads - handover + r.gradients;
+    if (forward_end + grads - backward_grads > std::max(start, r.activations + recompute_grads))
+      e.activations = forward_end, e.gradients = grads - backward_grads;
+    else if (r.activations + recompute_grads > start)
+      e.activations = r.activations, e.gradients = recompute_grads;
   }
   return e;
 }
