@@ -1,27 +1,29 @@
 // What activation checkpointing costs and saves: forward + backward of one
-// micro-batch (the preset's batch_size x block_size, fp32, CPU) of each preset
-// with activation_checkpointing = none, full and selective. Per row: the median
+// micro-batch (the preset's batch_size x block_size, CPU, fp32 or under
+// --dtype's autocast as the trainer runs it) of each preset with
+// activation_checkpointing = none, full and selective. Per row: the median
 // step time over rounds that run the three modes in turn (so a busy machine
 // slows all three alike), the peak bytes LibTorch's CPU allocator holds above
-// what the step started with (activations, gradients, temporaries; counted by a
-// wrapper around the CPU allocator), and activation_bytes(), the model's own
-// account of what backward keeps.
-//   build/bin/bench-checkpointing [--rounds=N] inputs/tiny_llama.cfg ...
+// what the step started with, in the forward (with the loss) and in the
+// backward (activations, gradients, temporaries; counted by the trainer's
+// counting allocator), and activation_bytes(), the model's own account of the
+// larger of the two.
+//   build/bin/bench-checkpointing [--rounds=N] [--dtype=bfloat16] inputs/tiny_llama.cfg ...
 // benchmarks/checkpointing_table.sh runs it over the tiny and small presets.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include <c10/core/CPUAllocator.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/transformer.hpp"
+#include "llmtrain/train/device_memory.hpp"
+#include "llmtrain/train/precision.hpp"
 
 using llmtrain::ActivationCheckpointing;
 using llmtrain::ModelConfig;
@@ -29,61 +31,41 @@ using llmtrain::Transformer;
 
 namespace {
 
-// Passes every CPU allocation to the allocator it replaces and counts the
-// bytes alive and their peak.
-class CountingAllocator final : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
-  c10::DataPtr allocate(size_t n) override {
-    auto* ctx = new Held{inner_->allocate(n), n, this};
-    const int64_t now = live_ += static_cast<int64_t>(n);
-    int64_t p = peak_.load();
-    while (now > p && !peak_.compare_exchange_weak(p, now)) {
-    }
-    return {ctx->data.get(), ctx, &CountingAllocator::release, ctx->data.device()};
-  }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-  // Starts a measurement: the peak becomes what is alive now.
-  int64_t reset_peak() {
-    peak_ = live_.load();
-    return peak_;
-  }
-  int64_t peak() const { return peak_; }
-
- private:
-  struct Held {
-    c10::DataPtr data;
-    size_t n;
-    CountingAllocator* owner;
-  };
-  static void release(void* p) {
-    auto* h = static_cast<Held*>(p);
-    h->owner->live_ -= static_cast<int64_t>(h->n);
-    delete h;  // frees through the inner allocator's DataPtr
-  }
-  c10::Allocator* inner_;
-  std::atomic<int64_t> live_{0}, peak_{0};
-};
-
-CountingAllocator* counting() {
-  static auto* a = new CountingAllocator(c10::GetCPUAllocator());  // never destroyed: tensors outlive main
-  return a;
+// The trainer's counting CPU allocator (train/device_memory.hpp), installed
+// in main before any tensor: bytes alive now and their peak.
+const torch::Device kCpu(torch::kCPU);
+int64_t reset_peak() {
+  llmtrain::reset_allocated_peak(kCpu);
+  return llmtrain::allocated_bytes(kCpu)->current;
 }
+int64_t peak() { return llmtrain::allocated_bytes(kCpu)->peak; }
 
 struct Case {
   ActivationCheckpointing mode;
   Transformer model{nullptr};
   std::vector<double> ms;
-  int64_t peak_bytes = 0;
+  int64_t forward_peak = 0, backward_peak = 0;  // above the step's start
 };
 
-double step_ms(Case& c, const torch::Tensor& x, const torch::Tensor& y) {
+// One step as the trainer runs it: the forward and the loss under autocast
+// (dtype below fp32), the backward outside it. With `start`, records the
+// peaks of the forward and of the backward above what the step started with.
+double step_ms(Case& c, const torch::Tensor& x, const torch::Tensor& y, torch::ScalarType dtype,
+               bool measure = false) {
   c.model->zero_grad();
+  const int64_t start = reset_peak();
   const auto t0 = std::chrono::steady_clock::now();
-  c.model->loss(x, y).backward();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  torch::Tensor loss;
+  {
+    llmtrain::AutocastGuard autocast(torch::kCPU, dtype);
+    loss = c.model->loss(x, y);
+  }
+  if (measure) c.forward_peak = peak() - start;
+  reset_peak();
+  loss.backward();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (measure) c.backward_peak = peak() - start;
+  return ms;
 }
 
 double median(std::vector<double> v) {
@@ -91,7 +73,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void run_preset(const std::string& path, int rounds) {
+void run_preset(const std::string& path, int rounds, llmtrain::ComputeDtype compute) {
+  const auto dtype = llmtrain::compute_dtype(compute, torch::kCPU);
   llmtrain::Config cfg;
   cfg.load_file(path);
   cfg.validate();
@@ -104,29 +87,26 @@ void run_preset(const std::string& path, int rounds) {
   for (auto mode : {ActivationCheckpointing::none, ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
     auto m = base;
     m.checkpointing = mode;
-    Case c{mode, Transformer(m), {}, 0};
+    Case c{mode, Transformer(m), {}, 0, 0};
     c.model->init_weights(1);
     cases.push_back(std::move(c));
   }
-  for (auto& c : cases) {  // warm-up, then the peak of one step
-    step_ms(c, x, y);
-    c.model->zero_grad();
-    const int64_t start = counting()->reset_peak();
-    step_ms(c, x, y);
-    c.peak_bytes = counting()->peak() - start;
+  for (auto& c : cases) {  // warm-up, then the peaks of one step
+    step_ms(c, x, y, dtype);
+    step_ms(c, x, y, dtype, /*measure=*/true);
   }
   for (int r = 0; r < rounds; ++r)
-    for (auto& c : cases) c.ms.push_back(step_ms(c, x, y));
+    for (auto& c : cases) c.ms.push_back(step_ms(c, x, y, dtype));
   const double none_ms = median(cases[0].ms);
   const double mib = 1024.0 * 1024.0;
   std::string name = path.substr(path.find_last_of('/') + 1);
   for (auto& c : cases) {
     const auto& m = c.model->config();
-    const double act = llmtrain::activation_bytes(m, llmtrain::ComputeDtype::float32, B, m.attention_backend);
-    std::printf("| %-22s | %-9s | %4lld/%-3lld | %9.1f | %+6.1f%% | %10.1f | %10.1f |\n", name.c_str(),
+    const double act = llmtrain::activation_bytes(m, compute, B, m.attention_backend);
+    std::printf("| %-22s | %-9s | %4lld/%-3lld | %9.1f | %+6.1f%% | %8.1f | %8.1f | %10.1f |\n", name.c_str(),
                 llmtrain::to_string(c.mode), static_cast<long long>(m.recomputed_blocks()),
                 static_cast<long long>(m.n_layer), median(c.ms), 100.0 * (median(c.ms) / none_ms - 1.0),
-                c.peak_bytes / mib, act / mib);
+                c.forward_peak / mib, c.backward_peak / mib, act / mib);
   }
   std::fflush(stdout);
 }
@@ -134,24 +114,28 @@ void run_preset(const std::string& path, int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  c10::SetCPUAllocator(counting(), /*priority=*/100);
+  llmtrain::count_cpu_allocations();
   int rounds = 10;
+  auto dtype = llmtrain::ComputeDtype::float32;
   std::vector<std::string> presets;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--rounds=", 0) == 0)
       rounds = std::stoi(a.substr(9));
+    else if (a.rfind("--dtype=", 0) == 0)
+      dtype = llmtrain::option_from_string<llmtrain::ComputeDtype>(a.substr(8));
     else
       presets.push_back(a);
   }
-  std::printf("fp32, CPU, %d threads, median of %d steps per mode (selective: every activation_checkpointing_every-th "
-              "block, as the preset sets it; default 2)\n\n",
-              torch::get_num_threads(), rounds);
-  std::printf("| %-22s | %-9s | %-8s | %-9s | %-7s | %-10s | %-10s |\n", "preset", "mode", "recomp.", "step ms",
-              "vs none", "peak MiB", "model MiB");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(11, '-').c_str(),
+  std::printf("dtype %s (autocast below float32), CPU, %d threads, median of %d steps per mode (selective: every "
+              "activation_checkpointing_every-th block, as the preset sets it; default 2); peaks above the step's "
+              "start\n\n",
+              llmtrain::to_string(dtype), torch::get_num_threads(), rounds);
+  std::printf("| %-22s | %-9s | %-8s | %-9s | %-7s | %-8s | %-8s | %-10s |\n", "preset", "mode", "recomp.", "step ms",
+              "vs none", "fwd MiB", "bwd MiB", "model MiB");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(11, '-').c_str(),
               std::string(10, '-').c_str(), std::string(11, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(12, '-').c_str(), std::string(12, '-').c_str());
-  for (const auto& p : presets) run_preset(p, rounds);
+              std::string(10, '-').c_str(), std::string(10, '-').c_str(), std::string(12, '-').c_str());
+  for (const auto& p : presets) run_preset(p, rounds, dtype);
   return 0;
 }

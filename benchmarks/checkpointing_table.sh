@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Step time and peak memory of activation_checkpointing none / full / selective
-# (bench-checkpointing) for the tiny presets and the small CPU-benchmark
-# presets, e.g.
-#   benchmarks/checkpointing_table.sh build/bin/bench-checkpointing [--rounds=N]
+# (bench-checkpointing; fp32, or the forward under autocast with --dtype) for
+# the tiny presets and the small CPU-benchmark presets, side by side per
+# preset; run it on an idle machine for the step times (docs/memory.md), e.g.
+#   benchmarks/checkpointing_table.sh build/bin/bench-checkpointing [--rounds=N] [--dtype=bfloat16]
 set -euo pipefail
 BENCH=${1:-build/bin/bench-checkpointing}
 shift || true

@@ -12,7 +12,9 @@ usage: python3 benchmarks/memory_table.py [--build build] [--shapes tiny,small,1
          [--strategies ddp,zero1,fsdp] [--ranks 1,2,3] [--dtypes float32,bfloat16]
          [--param_dtypes float32] [--checkpointing none] [--quick]
 --param_dtypes / --checkpointing pass param_dtype= / activation_checkpointing=
-to both the prediction and the run (for builds that have those keys).
+to both the prediction and the run; param_dtype=bfloat16 runs only with
+dtype=bfloat16, so `--dtypes float32,bfloat16 --param_dtypes float32,bfloat16`
+gives the three precisions: fp32, bf16 autocast, bf16 parameters.
 """
 import argparse
 import glob
@@ -114,6 +116,8 @@ def main():
                 for world in ranks:
                     for dtype in a.dtypes.split(","):
                         for variant in variants:
+                            if dtype == "float32" and "--param_dtype=bfloat16" in variant:
+                                continue  # bf16 parameters need dtype=bfloat16 (the trainer refuses)
                             keys = [*shape_keys, *STRATEGY_KEYS[strategy], f"--dtype={dtype}", *variant]
                             t0 = time.time()
                             d = predicted(bin_dir, cfg, keys, world)

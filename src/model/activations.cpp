@@ -1,5 +1,7 @@
 #include "llmtrain/model/activations.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "llmtrain/core/error.hpp"
@@ -33,8 +35,9 @@ double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int6
   return bytes;
 }
 
-double activation_bytes_block_input(const ModelConfig& m, int64_t batch_size) {
-  return static_cast<double>(batch_size) * static_cast<double>(m.block_size) * static_cast<double>(m.n_embd) * 4.0;
+double activation_bytes_block_input(const ModelConfig& m, int64_t batch_size, double residual_bytes) {
+  return static_cast<double>(batch_size) * static_cast<double>(m.block_size) * static_cast<double>(m.n_embd) *
+         residual_bytes;
 }
 
 double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size) {
@@ -48,15 +51,43 @@ double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype,
   return tokens * 3 * C * e + tokens * V * (e + 4.0);
 }
 
+double activation_bytes_forward(const ModelConfig& m, int64_t recomputed, ComputeDtype dtype, int64_t batch_size,
+                                AttentionBackend attention, double residual_bytes) {
+  const double r = static_cast<double>(std::clamp<int64_t>(recomputed, 0, m.n_layer));
+  return (static_cast<double>(m.n_layer) - r) * activation_bytes_per_block(m, dtype, batch_size, attention) +
+         r * activation_bytes_block_input(m, batch_size, residual_bytes) +
+         activation_bytes_outside_blocks(m, dtype, batch_size);
+}
+
+RecomputePeak activation_bytes_recompute(const ModelConfig& m, int64_t recomputed, ComputeDtype dtype,
+                                         int64_t batch_size, AttentionBackend attention, double residual_bytes) {
+  const int64_t L = m.n_layer, R = std::clamp<int64_t>(recomputed, 0, L);
+  if (R == 0) return {};
+  // Recomputed blocks k-1, 2k-1, ..., Rk-1 (full: k = 1).
+  const int64_t k = R == L ? 1
+                    : (m.checkpointing == ActivationCheckpointing::selective && m.recomputed_blocks() == R)
+                        ? m.checkpoint_every
+                        : L / R;
+  RecomputePeak p;
+  p.block = k * R - 1;
+  p.kept_below = p.block - (R - 1);
+  const double block = activation_bytes_per_block(m, dtype, batch_size, attention);
+  const double input = activation_bytes_block_input(m, batch_size, residual_bytes);
+  // The widest point of a block's backward on top of its saved tensors: two
+  // (B, T, F) gradients of the MLP in the compute dtype, and the gradient of
+  // the residual stream coming in.
+  const double tokens = static_cast<double>(batch_size) * static_cast<double>(m.block_size);
+  const double backward = tokens * (2.0 * static_cast<double>(m.ffn_hidden) * dtype_bytes(dtype) +
+                                    static_cast<double>(m.n_embd) * residual_bytes);
+  p.bytes = static_cast<double>(p.kept_below) * block + static_cast<double>(R) * input + block + backward;
+  return p;
+}
+
 double activation_bytes(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
                         AttentionBackend attention) {
-  // m's activation checkpointing: a recomputed block keeps only its input, and
-  // one recomputed block's activations exist again during its backward.
-  const double block = activation_bytes_per_block(m, dtype, batch_size, attention);
-  const double recomputed = static_cast<double>(m.recomputed_blocks());
-  return (static_cast<double>(m.n_layer) - recomputed) * block +
-         recomputed * activation_bytes_block_input(m, batch_size) + (recomputed > 0 ? block : 0.0) +
-         activation_bytes_outside_blocks(m, dtype, batch_size);
+  const int64_t r = m.recomputed_blocks();
+  return std::max(activation_bytes_forward(m, r, dtype, batch_size, attention),
+                  activation_bytes_recompute(m, r, dtype, batch_size, attention).bytes);
 }
 
 }  // namespace llmtrain

@@ -11,21 +11,44 @@ namespace llmtrain {
 
 namespace {
 
-// What a step keeps for backward: blocks that are not recomputed keep all they
-// save; a recomputed block keeps its input, and during its backward one block's
-// activations exist again (the one being recomputed).
-double step_activations(const ModelConfig& m, const MemoryInputs& in) {
-  const int64_t r = std::clamp<int64_t>(in.recomputed_blocks, 0, m.n_layer);
-  const double block = activation_bytes_per_block(m, in.dtype, in.batch_size, in.attention);
-  double bytes = static_cast<double>(m.n_layer - r) * block +
-                 static_cast<double>(r) * activation_bytes_block_input(m, in.batch_size) + (r > 0 ? block : 0.0) +
-                 activation_bytes_outside_blocks(m, in.dtype, in.batch_size);
-  // Autocast below fp32 with fp32 parameters: each matmul weight's 16-bit copy
-  // is cached for the forward and saved for backward (every strategy: the copy
-  // outlives FSDP's freeing of the gathered fp32 unit).
-  if (in.dtype != ComputeDtype::float32 && in.param_bytes > dtype_bytes(in.dtype))
-    bytes += static_cast<double>(m.num_matmul_params()) * dtype_bytes(in.dtype);
-  return bytes;
+// Autocast below fp32 with fp32 parameters: each matmul weight's 16-bit copy
+// is cached for the forward and saved for backward (every strategy: the copy
+// outlives FSDP's freeing of the gathered fp32 unit). `share` of the blocks'
+// matmul weights, and the head's where `head`.
+double weight_copies(const ModelConfig& m, const MemoryInputs& in, double share, bool head) {
+  if (in.dtype == ComputeDtype::float32 || in.param_bytes <= dtype_bytes(in.dtype)) return 0.0;
+  const double head_params = static_cast<double>(m.vocab_size) * static_cast<double>(m.n_embd);
+  const double blocks = static_cast<double>(m.num_matmul_params()) - head_params;
+  return (share * blocks + (head ? head_params : 0.0)) * dtype_bytes(in.dtype);
+}
+
+// What every block keeps and the logits and loss (the end of the forward and
+// the start of the backward).
+double forward_activations(const ModelConfig& m, const MemoryInputs& in) {
+  return activation_bytes_forward(m, in.recomputed_blocks, in.dtype, in.batch_size, in.attention, in.param_bytes);
+}
+
+// The backward of the highest recomputed block j (activation checkpointing):
+// the saved tensors then (model/activations.hpp), the 16-bit weight copies of
+// the blocks below j that are not recomputed and of j (the recompute casts
+// again, uncached), and the gradients autograd has produced so far: the final
+// norm's and head's and those of blocks j and above, in param_dtype (DDP and
+// ZeRO-1: the tensors handed to the bucket hooks; FSDP counts its own).
+struct RecomputePhase {
+  double activations = 0, gradients = 0;
+};
+RecomputePhase recompute_phase(const ModelConfig& m, const MemoryInputs& in) {
+  const auto p =
+      activation_bytes_recompute(m, in.recomputed_blocks, in.dtype, in.batch_size, in.attention, in.param_bytes);
+  if (p.block < 0) return {};
+  const double L = static_cast<double>(m.n_layer);
+  double head = 0, block = 0;
+  for (const auto& u : fsdp_sharding_plan(m)) {
+    if (u.kind == UnitKind::head) head = static_cast<double>(u.numel);
+    if (u.kind == UnitKind::block) block = static_cast<double>(u.numel);
+  }
+  return {p.bytes + weight_copies(m, in, static_cast<double>(p.kept_below + 1) / L, false),
+          (head + (L - static_cast<double>(p.block)) * block) * in.param_bytes};
 }
 
 }  // namespace
@@ -61,7 +84,7 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
   // AdamW: exp_avg + exp_avg_sq in fp32, plus an fp32 master copy where
   // parameters are stored below fp32.
   const double opt_per_param = 8.0 + (pb < 4.0 ? 4.0 : 0.0);
-  MemoryEstimate e{strategy, 0, 0, 0, step_activations(m, in)};
+  MemoryEstimate e{strategy, 0, 0, 0, 0};
   const auto plan = fsdp_sharding_plan(m);
   double in_blocks = 0, block = 0, embedding = 0, head = 0, held = 0;
   for (const auto& u : plan) {
@@ -102,11 +125,37 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
       const double pair = in.fsdp_prefetch ? std::max({2 * block, head + block, emb + block})
                                            : std::max({block, head, emb});
       const double grad_pair = std::max({2 * block, head + block, emb + block});
-      e.weights = P * pb / W + (W > 1 ? pair + held : 0.0) * pb;
-      e.gradients = P * 4.0 / W + (W > 1 ? grad_pair * rb : 0.0);
+      // On one rank too: the full buffer is apart from the shard, and the
+      // gradients pass through the flat buffer.
+      e.weights = P * pb / W + (pair + held) * pb;
+      e.gradients = P * 4.0 / W + grad_pair * rb;
       e.optimizer = P * opt_per_param / W;
       break;
     }
+  }
+  // The peak is the start of the backward: what the blocks keep, the logits,
+  // the 16-bit weight copies autograd saved, the backward's gradients. With
+  // activation checkpointing it may instead be (whichever holds most):
+  // - the end of the forward: autocast's cache also holds the recomputed
+  //   blocks' copies, until the forward's autocast region ends; no gradient
+  //   of this backward exists yet;
+  // - the backward of the highest recomputed block: the gradients alive are
+  //   those produced so far, not the end of the backward's.
+  const double grads = e.gradients;
+  const double backward_grads = strategy == StrategyKind::fsdp ? grads - P * 4.0 / W : handover;
+  const double L = static_cast<double>(m.n_layer);
+  const double kept = (L - static_cast<double>(std::clamp<int64_t>(in.recomputed_blocks, 0, m.n_layer))) / L;
+  const double act = forward_activations(m, in);
+  e.activations = act + weight_copies(m, in, kept, true);
+  if (in.recomputed_blocks > 0) {
+    const double start = e.activations + grads;
+    const double forward_end = act + weight_copies(m, in, 1.0, true);
+    const auto r = recompute_phase(m, in);
+    const double recompute_grads = strategy == StrategyKind::fsdp ? grads : grads - handover + r.gradients;
+    if (forward_end + grads - backward_grads > std::max(start, r.activations + recompute_grads))
+      e.activations = forward_end, e.gradients = grads - backward_grads;
+    else if (r.activations + recompute_grads > start)
+      e.activations = r.activations, e.gradients = recompute_grads;
   }
   return e;
 }

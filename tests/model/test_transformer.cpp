@@ -442,15 +442,19 @@ TEST(ActivationCheckpointing, SelectiveRecomputesEveryKthBlock) {
 }
 
 // The activation account follows the mode: a recomputed block keeps its fp32
-// (B, T, C) input instead of its activations, and one block's come back.
+// (B, T, C) input instead of its activations; the peak is the end of the
+// forward or the backward of the highest recomputed block, where that block's
+// activations exist again and the logits are gone.
 TEST(ActivationCheckpointing, ActivationBytesCountTheKeptInputs) {
   using llmtrain::ActivationCheckpointing;
+  using llmtrain::AttentionBackend;
+  using llmtrain::ComputeDtype;
   ModelConfig m = tiny_llama();
   m.n_layer = 6;
   auto bytes = [&](ActivationCheckpointing mode, int64_t every) {
     m.checkpointing = mode;
     m.checkpoint_every = every;
-    return llmtrain::activation_bytes(m, llmtrain::ComputeDtype::bfloat16, 4, llmtrain::AttentionBackend::sdpa);
+    return llmtrain::activation_bytes(m, ComputeDtype::bfloat16, 4, AttentionBackend::sdpa);
   };
   const double none = bytes(ActivationCheckpointing::none, 2), full = bytes(ActivationCheckpointing::full, 2);
   const double every2 = bytes(ActivationCheckpointing::selective, 2);
@@ -458,10 +462,17 @@ TEST(ActivationCheckpointing, ActivationBytesCountTheKeptInputs) {
   EXPECT_LT(full, every3);
   EXPECT_LT(every2, every3);
   EXPECT_LT(every3, none);
-  // With L = 6: every3 recomputes 2 blocks, every2 3; a recomputed block trades
-  // its activations (a) for its input (i), plus one block's a during backward:
-  // none - every3 = 2a - 2i - a, every3 - every2 = a - i.
+  // With L = 6 both recompute block 5 last-first; every3 (blocks 2, 5) keeps
+  // blocks 0, 1, 3, 4 whole, every2 (1, 3, 5) blocks 0, 2, 4: one block's
+  // activations (a) more and one input (i) less.
+  const double a = llmtrain::activation_bytes_per_block(m, ComputeDtype::bfloat16, 4, AttentionBackend::sdpa);
   const double input = 4.0 * m.block_size * m.n_embd * 4;  // (B, T, C) fp32, B = 4
-  EXPECT_NEAR((every3 - every2) - (none - every3), input, 1e-6 * input);
+  EXPECT_NEAR(every3 - every2, a - input, 1e-6 * input);
+  m.checkpointing = ActivationCheckpointing::selective;
+  m.checkpoint_every = 3;
+  const auto peak = llmtrain::activation_bytes_recompute(m, 2, ComputeDtype::bfloat16, 4, AttentionBackend::sdpa);
+  EXPECT_EQ(peak.block, 5);
+  EXPECT_EQ(peak.kept_below, 4);
+  EXPECT_DOUBLE_EQ(none, llmtrain::activation_bytes_forward(m, 0, ComputeDtype::bfloat16, 4, AttentionBackend::sdpa));
   EXPECT_NEAR(bytes(ActivationCheckpointing::selective, 1), full, 1e-6);
 }
