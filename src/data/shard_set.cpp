@@ -102,7 +102,7 @@ void ShardSet::verify_chunks(size_t s, int64_t lo, int64_t hi, const uint8_t* by
 // Tokens [lo, hi) widened to whole chunks where one of them is not verified yet.
 std::pair<int64_t, int64_t> ShardSet::read_range(size_t s, int64_t offset, int64_t n) {
   const ChunkCrcs& c = crcs_[s];
-  if (c.chunk_tokens == 0) return {offset, offset + n};
+  if (c.chunk_tokens == 0 || n <= 0) return {offset, offset + n};
   const int64_t k0 = offset / c.chunk_tokens, k1 = (offset + n - 1) / c.chunk_tokens;
   std::lock_guard<std::mutex> v(verified_mutex_);
   for (int64_t k = k0; k <= k1; ++k)
