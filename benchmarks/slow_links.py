@@ -19,6 +19,16 @@ over MPI/TCP between the hosts), then one table from the run logs:
 and a prediction from the ring-allreduce model t = 2(W-1)/W * bytes / bw +
 2(W-1) * latency, for the measured link and for InfiniBand / NVLink.
 
+With --predict, the performance model (docs/performance-model.md) is checked
+against the same runs: `llmtrain --calibrate` under srun measures a device
+profile on the fast link and another on the slow one (inter-node bus bandwidth
+included); every run reads one with device_profile=. The slower-than-predicted
+warning: none naming communication on the fast link (its own profile); on
+the slow link the "one bucket" run reads the fast link's profile and must warn
+naming exposed communication. Its exposed communication is also checked
+against what the slow link's profile predicts for it (llmtrain --describe on
+the same config and world), within --tolerance.
+
   scripts/slurm-cluster.sh start /tmp/mc
   python3 benchmarks/slow_links.py --cluster /tmp/mc --bin build/bin --data DATA_DIR --out /tmp/slow
 """
@@ -69,8 +79,13 @@ def main():
     ap.add_argument("--model", choices=["small", "tiny"], default="small",
                     help="small: 4 layers d256 (3.4M parameters); tiny: 2 layers d64 (the tests)")
     ap.add_argument("--bucket-mb", type=float, default=0, help="bucket size of the overlapped runs (0: gradients / 8)")
+    ap.add_argument("--nodes", type=int, default=2, help="nodes, one rank each")
     ap.add_argument("--check", action="store_true",
                     help="fail unless the slow link costs more exposed communication than the fast one")
+    ap.add_argument("--predict", action="store_true",
+                    help="calibrate on each link and check the prediction (warning, exposed communication)")
+    ap.add_argument("--tolerance", type=float, default=0.25,
+                    help="--predict: largest |predicted / measured - 1| of exposed communication")
     a = ap.parse_args()
 
     tool = os.path.join(ROOT, "scripts", "slurm-cluster.sh")
@@ -80,35 +95,51 @@ def main():
         f.write(MODEL if a.model == "small" else TINY)
     env = dict(os.environ, LLMTRAIN_BIN=a.bin, LLMTRAIN_ROOT=ROOT, DATA_DIR=a.data, MODEL=cfg,
                ITERS=str(a.iters), LLMTRAIN_LAUNCHER="srun", OMP_NUM_THREADS="1", LLMTRAIN_PROGRESS="off",
-               GLOBAL_BATCH="8", BATCH_SIZE="4")
+               GLOBAL_BATCH=str(4 * a.nodes), BATCH_SIZE="4")
+    ws = f"ws{a.nodes:04d}"
 
-    def run(link, overlap, bucket_mb):
-        study = os.path.join(a.out, f"{'slow' if link else 'fast'}_{overlap.replace(' ', '_')}")
-        e = dict(env, STUDY_DIR=study, EXTRA_ARGS=f"--ddp_bucket_mb={bucket_mb:g}")
-        p = subprocess.run([tool, "exec", a.cluster, "sbatch", "--wait", "--parsable", "--nodes=2",
+    def sbatch(study, extra, what):
+        e = dict(env, STUDY_DIR=study, EXTRA_ARGS=extra)
+        p = subprocess.run([tool, "exec", a.cluster, "sbatch", "--wait", "--parsable", f"--nodes={a.nodes}",
                             "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1", "--time=10",
                             os.path.join(ROOT, "jobs", "strong_scaling.sbatch")],
                            cwd=a.out, env=e, text=True, capture_output=True)
         if p.returncode != 0:
-            sys.exit(f"slow_links: job ({link or 'fast'}, {overlap}) failed: {p.stdout}{p.stderr}")
-        logs = sorted(glob.glob(os.path.join(study, "ws0002", "run_*.json")))
+            sys.exit(f"slow_links: job ({what}) failed: {p.stdout}{p.stderr}")
+
+    # --predict: a device profile measured under srun on the link as it is now.
+    def calibrate(name):
+        study = os.path.join(a.out, f"calibrate_{name}")
+        sbatch(study, "--calibrate", f"calibrate, {name} link")
+        return os.path.join(study, ws, "device_profile.json")
+
+    profiles = {}
+
+    def run(link, overlap, bucket_mb, profile=None):
+        study = os.path.join(a.out, f"{'slow' if link else 'fast'}_{overlap.replace(' ', '_')}")
+        extra = f"--ddp_bucket_mb={bucket_mb:g}" + (f" --device_profile={profiles[profile]}" if profile else "")
+        sbatch(study, extra, f"{link or 'fast'}, {overlap}")
+        logs = sorted(glob.glob(os.path.join(study, ws, "run_*.json")))
         log = json.load(open(logs[-1]))
         recs = log["training_iterations"][2:]
         dt = statistics.median(r["dt_ms"] for r in recs)
         comm = statistics.median(r.get("communication_ms", 0.0) for r in recs)
         cfg_ = log["startup_info"]["config"]
-        assert cfg_["num_nodes"] == 2, cfg_["num_nodes"]
+        assert cfg_["num_nodes"] == a.nodes, cfg_["num_nodes"]
         return dt, comm, log
 
     # One fast run first, to learn the gradient size (fp32 parameters).
-    rows = []
-    probe_dt, probe_comm, log = run("", "one bucket", 1e6)
+    rows, logs = [], {}
+    if a.predict:
+        profiles["fast"] = calibrate("fast")
+    probe_dt, probe_comm, log = run("", "one bucket", 1e6, "fast" if a.predict else None)
+    logs["fast one bucket"] = log
     n_params = log["startup_info"]["model"]["num_params"]
     grad_mb = 4 * n_params / 2**20
     bucket_mb = a.bucket_mb or max(grad_mb / 8, 0.01)
     rows.append(("fast (veth)", "one bucket", probe_dt, probe_comm))
     try:
-        dt, comm, _ = run("", "buckets", bucket_mb)
+        dt, comm, logs["fast buckets"] = run("", "buckets", bucket_mb, "fast" if a.predict else None)
         rows.append(("fast (veth)", f"buckets of {bucket_mb:.2g} MiB", dt, comm))
         link = a.link
         if subprocess.run([tool, "shape", a.cluster, link], stdout=subprocess.DEVNULL).returncode != 0:
@@ -116,13 +147,19 @@ def main():
             link = a.fallback_link
             sh([tool, "shape", a.cluster, link], stdout=subprocess.DEVNULL)
         label = " ".join(link.split()[:5]) if link.startswith("netem") else f"tbf {link.split()[2]}"
-        for overlap, mb in (("one bucket", 1e6), ("buckets", bucket_mb)):
-            dt, comm, _ = run(link, overlap, mb)
+        if a.predict:
+            profiles["slow"] = calibrate("slow")
+        # The slow link under the fast link's profile (the seeds' scenario: a
+        # link slower than planned for): "one bucket", where nothing hides the
+        # transfer, must warn naming exposed communication; its exposed
+        # communication is also checked against the slow link's own profile.
+        for overlap, mb, prof in (("one bucket", 1e6, "fast"), ("buckets", bucket_mb, "slow")):
+            dt, comm, logs[f"slow {overlap}"] = run(link, overlap, mb, prof if a.predict else None)
             rows.append((label, overlap if mb > 1e5 else f"buckets of {bucket_mb:.2g} MiB", dt, comm))
     finally:
         subprocess.run([tool, "shape", a.cluster, "clear"], stdout=subprocess.DEVNULL)
 
-    print(f"\nDDP, 2 nodes x 1 rank, {n_params:,} parameters ({grad_mb:.1f} MiB fp32 gradients), "
+    print(f"\nDDP, {a.nodes} nodes x 1 rank, {n_params:,} parameters ({grad_mb:.1f} MiB fp32 gradients), "
           f"medians of {a.iters - 2} iterations")
     print(f"{'link':<26} {'overlap':<22} {'ms/iter':>9} {'exposed ms':>11} {'comm %':>7} {'hidden ms':>10}")
     for i, (link, ov, dt, comm) in enumerate(rows):
@@ -131,8 +168,8 @@ def main():
             hidden = f"{rows[i - 1][3] - comm:.1f}"
         print(f"{link:<26} {ov:<22} {dt:>9.1f} {comm:>11.1f} {100 * comm / dt:>7.1f} {hidden:>10}")
 
-    # Ring allreduce model, W = 2: each rank sends and receives 2(W-1)/W x bytes.
-    W, nbytes = 2, 4 * n_params
+    # Ring allreduce model: each rank sends and receives 2(W-1)/W x bytes.
+    W, nbytes = a.nodes, 4 * n_params
     vol = 2 * (W - 1) / W * nbytes
 
     def predict(bw_bytes_s, lat_s):
@@ -153,6 +190,54 @@ def main():
             sys.exit(f"slow_links: the slow link's exposed communication ({slow_one:.2f} ms) is not above the "
                      f"fast link's ({fast_one:.2f} ms)")
         print(f"ok: exposed communication without overlap {fast_one:.2f} ms (fast) -> {slow_one:.2f} ms (slow link)")
+    if a.predict:
+        # What the slow link's own profile predicts for the slow "one bucket" run:
+        # --describe on the run's config and world (the run itself used the fast one's).
+        vocab = json.load(open(os.path.join(a.data, "index.json")))["vocab_size"]  # --describe reads no data
+        d = subprocess.run([os.path.join(a.bin, "llmtrain"), cfg, f"--vocab_size={vocab}", "--device=cpu",
+                            "--batch_size=4", "--gradient_accumulation_steps=1", "--ddp_bucket_mb=1000000",
+                            "--describe", "--describe_format=json", f"--describe_device={profiles['slow']}",
+                            f"--describe_world_size={a.nodes}", "--describe_ranks_per_node=1"],
+                           env=dict(os.environ, OMP_NUM_THREADS="1"), text=True, capture_output=True)
+        if d.returncode != 0:
+            sys.exit(f"slow_links: llmtrain --describe failed: {d.stdout}{d.stderr}")
+        line = next(l for l in d.stdout.splitlines() if l.lstrip().startswith("{"))
+        slow_pred_ms = json.loads(line)["prediction"]["phases"]["communication_s"] * 1e3
+        check_prediction(logs, slow_pred_ms, a.tolerance)
+
+
+def warnings_of(log):
+    return [e["message"] for e in log.get("events", []) if e.get("kind") == "slower_than_predicted"]
+
+
+def check_prediction(logs, slow_pred_ms, tolerance):
+    """The performance model on these runs: the warning, and exposed communication."""
+    bad = []
+    # On the fast link no warning may name communication. A warning about
+    # another phase (forward + backward on a crowded CPU) is printed, not failed:
+    # this check is about the link.
+    for name in ("fast one bucket", "fast buckets"):
+        for w in warnings_of(logs[name]):
+            if "exposed communication" in w:
+                bad.append(f"{name}: warned of communication on the fast link: {w}")
+            else:
+                print(f"note: {name}: {w}")
+    w = warnings_of(logs["slow one bucket"])
+    if not w or "exposed communication" not in w[0]:
+        bad.append(f"slow one bucket (fast link's profile): expected a warning naming exposed communication, got {w}")
+    else:
+        print(f"ok: slow link, fast link's profile: {w[0]}")
+    recs = logs["slow one bucket"]["training_iterations"][2:]
+    meas = statistics.median(r.get("communication_ms", 0.0) for r in recs)
+    err = slow_pred_ms / meas - 1.0 if meas > 0 else float("inf")
+    print(f"exposed communication on the slow link (one bucket), the slow link's profile: predicted "
+          f"{slow_pred_ms:.1f} ms, measured {meas:.1f} ms ({100 * err:+.1f}%)")
+    if abs(err) > tolerance:
+        bad.append(f"slow one bucket: exposed communication predicted {slow_pred_ms:.1f} ms, measured {meas:.1f} ms "
+                   f"({100 * err:+.1f}%, tolerance {100 * tolerance:.0f}%)")
+    if bad:
+        sys.exit("slow_links: prediction check failed:\n  " + "\n  ".join(bad))
+    print("ok: prediction: no communication warning on the fast link, exposed communication named on the slow one")
 
 
 if __name__ == "__main__":

@@ -109,18 +109,28 @@ double measure_memory(int64_t numel, const torch::Device& dev) {
   return bytes / s / 1e9;
 }
 
-// One operator's dispatch, forward and backward: a chain of 50 tiny multiplies
-// and its backward, per operator.
-double measure_launch_us(const torch::Device& dev) {
-  auto x = torch::ones({1}, torch::TensorOptions().device(dev).requires_grad(true));
-  const double s = time_call(
-      [&] {
-        auto y = x;
-        for (int i = 0; i < 50; ++i) y = y * 1.0001;
-        y.sum().backward();
-      },
-      20, dev);
-  return s / 101.0 * 1e6;
+// One operator's fixed cost, forward and backward: a chain of 50 multiplies on
+// a tensor of `numel` elements (the model's activations) and its backward, per
+// operator, less the time to stream its bytes (each multiply and its backward
+// read and write the tensor once) at `memory_gbps`. At the model's size the
+// fixed cost holds what a 1-element chain misses: the intra-op thread pool's
+// fork and join (CPU), the allocator, the autograd node. Never below the
+// 1-element chain's cost.
+double measure_launch_us(const torch::Device& dev, int64_t numel, double memory_gbps) {
+  auto chain_s = [&](int64_t n) {
+    auto x = torch::ones({n}, torch::TensorOptions().device(dev).requires_grad(true));
+    return time_call(
+               [&] {
+                 auto y = x;
+                 for (int i = 0; i < 50; ++i) y = y * 1.0001;
+                 y.sum().backward();
+               },
+               n > 1 ? 5 : 20, dev) /
+           101.0;
+  };
+  const double tiny = chain_s(1);
+  const double sized = chain_s(numel) - 8.0 * static_cast<double>(numel) / (memory_gbps * 1e9);
+  return std::max(tiny, sized) * 1e6;
 }
 
 struct CommFigures {
@@ -218,7 +228,7 @@ std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile
   p.attention_tflops_fp32 = measure_attention(m, c.batch_size, false, dev);
   p.attention_tflops_16bit = measure_attention(m, c.batch_size, true, dev);
   p.memory_gbps = measure_memory(c.batch_size * m.block_size * std::max(m.n_embd, m.ffn_hidden), dev);
-  p.launch_us = measure_launch_us(dev);
+  p.launch_us = measure_launch_us(dev, c.batch_size * m.block_size * m.n_embd, p.memory_gbps);
   if (rt.world_size() > 1) {
     auto comm = make_collectives(rt, dev);
     const double bucket = std::min(c.ddp_bucket_mb * 1024.0 * 1024.0, 4.0 * m.num_params());

@@ -17,11 +17,23 @@ namespace {
 // Parameters, gradients, buckets and AdamW state are fp32 under every dtype
 // (autocast computes in bf16/fp16 with fp32 master weights: train/precision.hpp).
 constexpr double kParamBytes = 4.0;
-// Kernel launches (operator dispatches) per block and per pass, counted from the
-// block's forward (model/layers.cpp): norm, qkv, split/RoPE, attention,
-// projection, residual, norm, fc, activation, projection, residual, plus the
-// autocast casts of 16-bit runs; backward dispatches about twice as many.
-constexpr double kOpsPerBlockForward = 18.0, kOpsPer16BitCast = 4.0, kBackwardOpsFactor = 2.0;
+// Operators that touch data, per block and per forward, as model/layers.cpp
+// dispatches them (views not counted): RMSNorm is six (pow, mean, add, rsqrt,
+// mul, mul), LayerNorm one; RoPE seven per tensor (four multiplies, a subtract,
+// an add, the cat); q, k, v made contiguous (three copies); attention one
+// (manual: matmul, mask, softmax, matmul); the output back to (B, T, H*Q); the
+// four GEMMs; two residual adds; SwiGLU two (silu, mul), GELU one. 16-bit runs
+// add the autocast casts; backward dispatches about twice as many.
+constexpr double kOpsPer16BitCast = 4.0, kBackwardOpsFactor = 2.0;
+double ops_per_block_forward(const ModelConfig& m) {
+  const double norm = m.norm == NormKind::rmsnorm ? 6.0 : 1.0;
+  double ops = 2 * norm + 4 /* GEMMs */ + 3 /* contiguous q, k, v */ + 1 /* back to (B, T, H*Q) */ + 2 /* residuals */;
+  if (m.qk_norm) ops += 2 * norm;
+  if (m.pos_encoding == PosEncoding::rope) ops += 2 * 7.0;
+  ops += m.attention_backend == AttentionBackend::manual ? 4.0 : 1.0;
+  ops += m.ffn == FfnKind::swiglu ? 2.0 : 1.0;
+  return ops;
+}
 // Element-wise traffic of backward relative to forward: each op's backward reads
 // the saved input and the incoming gradient and writes the outgoing one.
 constexpr double kBackwardTrafficFactor = 2.0;
@@ -159,7 +171,7 @@ ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
   elem_bwd += 2.0 * kParamBytes * P;
   c.fwd_elem = elem_fwd / (p.memory_gbps * 1e9);
   c.bwd_elem = elem_bwd / (p.memory_gbps * 1e9);
-  const double ops_fwd = s.L * (kOpsPerBlockForward + (sixteen ? kOpsPer16BitCast : 0.0)) + 8.0;
+  const double ops_fwd = s.L * (ops_per_block_forward(m) + (sixteen ? kOpsPer16BitCast : 0.0)) + 8.0;
   c.fwd_launch = ops_fwd * p.launch_us * 1e-6;
   const double params = static_cast<double>(parameter_table(m).size());
   c.bwd_launch = (kBackwardOpsFactor * ops_fwd + params) * p.launch_us * 1e-6;  // + one gradient copy per parameter

@@ -12,25 +12,30 @@
 namespace llmtrain {
 namespace {
 
-// Model constants shared by every GPU (no per-device or per-run fitting; the
-// published runs of docs/performance-model.md check them):
-//  kMatmulEfficiency: large GEMMs reach this fraction of the dense peak. cuBLAS
-//    bf16 on a B200 reaches 1610 of 2250 TFLOP/s at 8192^3 (0.72) and 1652 at
-//    4096x8192x8192 (pyptx.dev/performance, "cuBLAS TFLOPS" column).
+// Model constants shared by every GPU (no per-run fitting; the published runs
+// of docs/performance-model.md check them):
+//  kMamfShare: the GEMMs of a training step (its own shapes, one after another)
+//    reach this share of the device's maximum achievable matmul rate (MAMF,
+//    GpuFigures::mamf_efficiency). One assumption for every device, checked by
+//    the published runs (docs/performance-model.md).
 //  kMemoryEfficiency: element-wise kernels stream at this fraction of the
 //    datasheet bandwidth (assumption, checked by the published runs).
 //  kLinkEfficiency: a ring collective's bus bandwidth is this fraction of the
 //    link's one-way line rate: NCCL reaches 370 GB/s busbw on H100 NVLink4
 //    (450 GB/s one way), "with the protocol overhead (~20%)" (S. Jeaugey, NCCL,
 //    github.com/NVIDIA/nccl-tests/issues/212): 370 / 450 = 0.82.
-constexpr double kMatmulEfficiency = 0.72;
+constexpr double kMamfShare = 0.83;
 constexpr double kMemoryEfficiency = 0.90;
 constexpr double kLinkEfficiency = 370.0 / 450.0;
-// Attention kernels (FlashAttention-2/3, cuDNN SDPA) run their causal FLOPs at
-// this fraction of the dense peak: FlashAttention-2 reaches "50-73% of the
-// theoretical maximum FLOPs/s on A100" (Dao 2023, arXiv 2307.08691, abstract);
-// the low end, since backward is the slower pass.
-constexpr double kAttentionEfficiency = 0.50;
+// Attention kernels of the FlashAttention-2 generation (flash-attn 2, the
+// Triton kernel, PyTorch's SDPA flash path) run their causal FLOPs at this
+// fraction of the dense peak: "50-73% of the theoretical maximum FLOPs/s on
+// A100" (Dao 2023, arXiv 2307.08691), the low end since backward is the slower
+// pass. They use no Hopper-only instructions (wgmma, TMA): on H100 they reach
+// "only 35% utilization" (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608).
+// The prediction uses this rate for every fused backend (FlashAttention-3's
+// 75% on H100 is not assumed: docs/performance-model.md).
+constexpr double kAttentionEfficiency = 0.50, kAttentionEfficiencyHopper = 0.35;
 // Fixed costs (assumptions, stated in docs/performance-model.md): a CUDA kernel
 // launch, a NCCL call's latency, checkpoint storage per rank, a loader batch.
 constexpr double kGpuLaunchUs = 4.0, kGpuCollectiveUs = 30.0, kGpuStorageGbps = 2.0, kGpuDataBatchUs = 200.0;
@@ -45,6 +50,8 @@ struct GpuFigures {
   double hbm_gbps;        // datasheet memory bandwidth
   double intra_line_gbps; // one-way line rate between GPUs of a node
   double inter_line_gbps; // one-way network line rate per GPU
+  double mamf_efficiency; // maximum achievable bf16 matmul rate / dense peak (measured, below)
+  bool hopper;            // sm_90: FlashAttention-2-generation kernels at kAttentionEfficiencyHopper
   double host_line_gbps;  // one-way line rate between the GPU and host memory
 };
 
@@ -65,6 +72,13 @@ struct GpuFigures {
 //    (RTX A6000 datasheet); network assumed 200 Gb/s per GPU.
 //  L40S: 864 GB/s GDDR6, PCIe Gen4 x16 64 GB/s bidirectional, no NVLink (L40S
 //    datasheet); network assumed 200 Gb/s per GPU.
+// Maximum achievable matmul FLOPS (bf16, best shape found by mamf-finder.py;
+// S. Bekman, github.com/stas00/ml-engineering, compute/accelerator/README.md,
+// "Maximum Achievable Matmul FLOPS comparison table"): A100 SXM 271.2 of 312
+// (86.9%), H100 SXM 794.5 of 989 (80.3%; "H200 is the same"), B200 SXM 1745 of
+// 2250 (77.6%); H100 PCIe 499.5 of 756 (66.1%: github.com/mag-/gpu_benchmark,
+// the same finder). RTX A6000 and L40S have no published figure: 81.1%, the
+// median of the NVIDIA rows of that table (assumption).
 // Host link (what a checkpoint's device -> pinned host copy crosses): PCIe Gen5
 //  x16, 128 GB/s bidirectional (64 one way), on H100 SXM and PCIe and H200 (their
 //  datasheets: "PCIe Gen5: 128GB/s"); B200 assumed the same (the DGX B200's
@@ -73,10 +87,13 @@ struct GpuFigures {
 //  Hopper's NVLink-C2C would be 900 GB/s bidirectional, 450 one way (GH200
 //  datasheet); no built-in profile has it.
 constexpr GpuFigures kGpus[] = {
-    {"h100_sxm", "H100 SXM", 3350, 450, 50, 64},    {"h100_pcie", "H100 PCIe", 2000, 32 * 2, 50, 64},
-    {"h200", "H200", 4800, 450, 50, 64},             {"b200", "B200", 8000, 900, 50, 64},
-    {"a100_sxm_80gb", "A100", 2039, 300, 25, 32},    {"rtx_a6000", "RTX A6000", 768, 32, 25, 32},
-    {"l40s", "L40S", 864, 32, 25, 32},
+    {"h100_sxm", "H100 SXM", 3350, 450, 50, 0.803, true, 64},
+    {"h100_pcie", "H100 PCIe", 2000, 32 * 2, 50, 0.661, true, 64},
+    {"h200", "H200", 4800, 450, 50, 0.803, true, 64},
+    {"b200", "B200", 8000, 900, 50, 0.776, false, 64},
+    {"a100_sxm_80gb", "A100", 2039, 300, 25, 0.869, false, 32},
+    {"rtx_a6000", "RTX A6000", 768, 32, 25, 0.811, false, 32},
+    {"l40s", "L40S", 864, 32, 25, 0.811, false, 32},
 };
 
 double table_peak(const std::string& model, PeakMath math) {
@@ -90,12 +107,16 @@ DeviceProfile gpu_profile(const GpuFigures& g) {
   p.name = g.name;
   p.model = g.model;
   p.source = "built-in";
-  p.matmul_tflops_16bit = kMatmulEfficiency * table_peak(g.model, PeakMath::bf16);
-  // fp32 runs on TF32 tensor cores on CUDA (enable_tf32); the FP32 rate where no TF32 figure is known.
+  const double gemm = kMamfShare * g.mamf_efficiency;
+  p.matmul_tflops_16bit = gemm * table_peak(g.model, PeakMath::bf16);
+  // fp32 runs on TF32 tensor cores on CUDA (enable_tf32); the FP32 rate where no
+  // TF32 figure is known. TF32 is assumed to reach the bf16 share of its peak.
   const double tf32 = table_peak(g.model, PeakMath::tf32);
-  p.matmul_tflops_fp32 = kMatmulEfficiency * (tf32 > 0 ? tf32 : table_peak(g.model, PeakMath::fp32));
-  p.attention_tflops_16bit = kAttentionEfficiency * table_peak(g.model, PeakMath::bf16);
-  p.attention_tflops_fp32 = kAttentionEfficiency * p.matmul_tflops_fp32 / kMatmulEfficiency;
+  const double fp32_peak = tf32 > 0 ? tf32 : table_peak(g.model, PeakMath::fp32);
+  p.matmul_tflops_fp32 = gemm * fp32_peak;
+  const double attention = g.hopper ? kAttentionEfficiencyHopper : kAttentionEfficiency;
+  p.attention_tflops_16bit = attention * table_peak(g.model, PeakMath::bf16);
+  p.attention_tflops_fp32 = attention * fp32_peak;
   p.memory_gbps = kMemoryEfficiency * g.hbm_gbps;
   p.intra_node_busbw_gbps = kLinkEfficiency * g.intra_line_gbps;
   p.inter_node_busbw_gbps = kLinkEfficiency * g.inter_line_gbps;

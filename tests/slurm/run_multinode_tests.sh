@@ -11,7 +11,12 @@
 #      equal; the run log says num_nodes 2 and names both hosts, rank by rank
 #   3. slow links: 1 Gbit/s (tc netem with 0.5 ms, or tbf) on every node's link;
 #      benchmarks/slow_links.py measures exposed communication with and without
-#      the bucketed overlap, on fast and slow links; the slow link must cost more
+#      the bucketed overlap, on fast and slow links, 3 nodes x 1 rank; the slow
+#      link must cost more. The performance model on the same runs (--predict):
+#      a profile calibrated under srun on each link; no slower-than-predicted
+#      warning on the fast link, one naming exposed communication on the slow
+#      link (fast link's profile), and exposed communication predicted within
+#      25% of measured on the slow link (its own profile)
 #   4. a node lost mid-run: a 2-node x 2-rank tier1 job (checkpoint every 50
 #      iterations) loses node2 as a machine loses power (link down, every
 #      process SIGKILLed); every surviving rank exits (watchdog), the template
@@ -123,10 +128,10 @@ for case in "${cases[@]}"; do
 done
 
 # ---- 3. slow links ---------------------------------------------------------------
-note "slow links: benchmarks/slow_links.py (1 Gbit/s)"
+note "slow links: benchmarks/slow_links.py (1 Gbit/s, 3 nodes, prediction checked)"
 [[ "${LLMTRAIN_MULTINODE_ONLY_LOSS:-0}" == 1 ]] ||
 python3 "$src/benchmarks/slow_links.py" --cluster "$cluster" --bin "$bin" --data "$DATA_DIR" \
-  --out "$work/out/slow_links" --iters 12 --check || fail "slow-link study failed"
+  --out "$work/out/slow_links" --iters 12 --nodes 3 --check --predict || fail "slow-link study failed"
 
 # ---- 4. a node lost mid-run ------------------------------------------------------
 LONG=300

@@ -25,9 +25,13 @@ struct Run {
 // MosaicML llm-foundry, scripts/train/benchmarking/README.md (github.com/mosaicml/
 // llm-foundry, commit c90b9b3): MPT models (GELU MLP 4d, LayerNorm, ALiBi, tied
 // embeddings, vocab 50368; shapes from scripts/train/yamls/pretrain/mpt-*.yaml),
-// FSDP FULL_SHARD, amp_bf16, flash attention, no activation checkpointing,
-// seq 2048. Rows: "A100 80GB with 1600 Gbps node-node interconnect (RoCE)" and
-// "H100 80GB BF16".
+// FSDP FULL_SHARD, amp_bf16, mixed precision DEFAULT, no activation
+// checkpointing (the rows' column), seq 2048. Rows: "A100 80GB with 1600 Gbps
+// node-node interconnect (RoCE)" and "H100 80GB BF16". What ran
+// (scripts/train/benchmarking/sweep.sh, submit_benchmarks.py): image
+// mosaicml/pytorch:2.0.1_cu118, llm-foundry v0.0.4, attn_impl triton (the
+// Triton FlashAttention kernel, an Ampere-generation kernel: the profiles'
+// FlashAttention-2-class rate), no torch.compile, no fp8 in these rows.
 inline const std::vector<Run>& runs() {
   static const std::string foundry = "mosaicml/llm-foundry scripts/train/benchmarking/README.md";
   static const std::vector<Run> v = {
@@ -58,6 +62,7 @@ inline const std::vector<Run>& runs() {
       // torchtitan docs/performance.md (github.com/pytorch/torchtitan): "Llama 2 performance numbers",
       // 64 A100 80GB, FSDP2, bf16, local batch 2, seq 4096, no activation checkpointing: WPS 2162
       // (tokens/s per GPU), MFU 61.1%. LLaMA-2 13B: 40 layers, d 5120, 40 heads, SwiGLU 13824, vocab 32000.
+      // The network between the 8 nodes is not published: predicted with DGX A100's 200 Gb/s per GPU.
       {"LLaMA-2 13B, 64x A100 80GB", "pytorch/torchtitan docs/performance.md", "torchtitan FSDP2", 40, 5120, 40,
        13824, 32000, 4096, 2, 1, 64, 8, "a100_sxm_80gb", 2162, 61.1, true},
   };

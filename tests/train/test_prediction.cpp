@@ -241,13 +241,14 @@ TEST(PredictionCheck, WarnsOnceAfterWarmupNamingThePhaseThatGrew) {
   EXPECT_DOUBLE_EQ(s["prediction"]["phases"]["communication_ms"]["measured_ms"].get<double>(), 1200.0);
 }
 
-// docs/performance-model.md, "Published runs": one set of device constants (the
-// built-in profiles), no per-run fitting. The A100 runs meet the issue's
-// targets (median |error| <= 15%, none beyond 30%); the H100 runs do not yet
-// (over-predicted by 23-48%, see the doc), so for all runs together the test
-// holds the model to what it achieves today and fails if it gets worse.
+// docs/performance-model.md, "Validation against published GPU runs": one set
+// of device constants (the built-in profiles), no per-run fitting. The issue's
+// targets are median |error| <= 15% and none beyond 30%. The median is held to
+// the target. The largest is not met by one run (MPT-760M on 8 H100s, +35.9%:
+// the same model on 16 and 32 H100s ran 8% faster per GPU; see the doc), so it
+// is held to today's 36%: a change that makes any run worse fails.
 TEST(PublishedRuns, PredictedThroughputAgainstPublished) {
-  std::vector<double> all, a100;
+  std::vector<double> all;
   for (const auto& r : published::runs()) {
     RunShape s;
     s.model = published::model_of(r);
@@ -262,15 +263,12 @@ TEST(PublishedRuns, PredictedThroughputAgainstPublished) {
                 r.name.c_str(), r.tokens_per_s_per_gpu, p.tokens_per_s / r.gpus, 100 * err, *p.mfu_percent,
                 r.mfu_percent);
     all.push_back(std::fabs(err));
-    if (r.device == "a100_sxm_80gb" && r.framework == "Composer FSDP") a100.push_back(std::fabs(err));
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
   ASSERT_GE(all.size(), 6u);
-  EXPECT_LE(median(a100), 0.15);
-  EXPECT_LE(*std::max_element(a100.begin(), a100.end()), 0.30);
-  EXPECT_LE(median(all), 0.20);
-  EXPECT_LE(*std::max_element(all.begin(), all.end()), 0.50);
+  EXPECT_LE(median(all), 0.15);
+  EXPECT_LE(*std::max_element(all.begin(), all.end()), 0.36);
 }
