@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include <boost/program_options.hpp>
+#include <mpi.h>
 #include <fmt/format.h>
 
 #include "llmtrain/core/error.hpp"
@@ -18,10 +19,11 @@ int main(int argc, char** argv) {
   return llmtrain::run_main(argc, argv, [&](llmtrain::Runtime& rt) {
     llmtrain::PrepareOptions o;
     bool no_progress = false;
-    std::string exts;
+    std::string exts, verify;
     po::options_description flags(
         "usage: llmtrain-prepare [options] --out_dir DIR INPUT...\n"
         "       llmtrain-prepare [options] --out_dir DIR --from_nanogpt DIR --vocab_size N\n"
+        "       llmtrain-prepare --verify DIR\n"
         "INPUT: UTF-8 text files (one document each); JSONL files (*.jsonl, *.ndjson; one document\n"
         "per line, its --text_field), also compressed (*.jsonl.zst, *.jsonl.gz, *.jsonl.xz);\n"
         "Parquet files (*.parquet; row groups split across ranks); Arrow IPC files (*.arrow, a\n"
@@ -52,7 +54,10 @@ int main(int argc, char** argv) {
         ("vocab_size", po::value(&o.vocab_size)->default_value(0), "vocabulary size of --from_nanogpt data (required; checked)")
         ("tokenizer_name", po::value(&o.tokenizer_name)->default_value(o.tokenizer_name),
          "tokenizer name recorded for --from_nanogpt data (e.g. gpt2)")
-        ("no_progress", po::bool_switch(&no_progress), "no progress line");
+        ("no_progress", po::bool_switch(&no_progress), "no progress line")
+        ("verify", po::value(&verify),
+         "check the data directory DIR instead of preparing: every shard read whole against its checksums (each "
+         "chunk's and the shard's); exit 1 when one is bad");
     po::options_description hidden;
     hidden.add_options()("input", po::value(&o.inputs));
     po::options_description all;
@@ -69,6 +74,12 @@ int main(int argc, char** argv) {
     if (vm.count("help")) {
       if (rt.is_root()) std::cout << flags << "\n";
       return 0;
+    }
+    if (!verify.empty()) {
+      // One rank reads; the others wait for its verdict.
+      int bad = rt.is_root() ? llmtrain::verify_data_dir(verify, std::cout) : 0;
+      MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      return bad ? 1 : 0;
     }
     o.progress = !no_progress;
     for (size_t a = 0; a < exts.size();) {

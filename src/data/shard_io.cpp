@@ -10,11 +10,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <ostream>
 #include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "data/data_index.hpp"
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/crc32c.hpp"
 #include "llmtrain/core/error.hpp"
@@ -102,7 +104,69 @@ ShardHeader read_shard_header(const std::string& path) {
   return h;
 }
 
+ChunkCrcs read_chunk_crcs(hid_t file, const std::string& path, int64_t num_tokens) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  ChunkCrcs c;
+  if (H5_CHECK(H5Lexists(file, kChunkCrcDataset, H5P_DEFAULT)) <= 0) return c;  // prepared before chunk checksums
+  H5Id d(H5_CHECK(H5Dopen2(file, kChunkCrcDataset, H5P_DEFAULT)), H5Dclose);
+  const h5::AttrReader attr(fmt::format("shard '{}', dataset '{}'", path, kChunkCrcDataset),
+                            "not written by llmtrain-prepare? see docs/data-format.md", /*data_error=*/true);
+  c.chunk_tokens = attr.i64(d, "chunk_tokens");
+  H5Id space(H5_CHECK(H5Dget_space(d)), H5Sclose);
+  const auto n = static_cast<int64_t>(H5_CHECK(H5Sget_simple_extent_npoints(space)));
+  if (c.chunk_tokens < 1 || n != c.chunks_of(num_tokens))
+    throw DataError(fmt::format("shard '{}': dataset '{}' holds {} checksums of chunks of {} tokens, but {} tokens "
+                                "need {} (the file is damaged)",
+                                path, kChunkCrcDataset, n, c.chunk_tokens, num_tokens,
+                                c.chunk_tokens < 1 ? 0 : c.chunks_of(num_tokens)));
+  c.crc.resize(static_cast<size_t>(n));
+  if (n > 0) H5_CHECK(H5Dread(d, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.crc.data()));
+  return c;
+}
+
+std::string chunk_crc_error(const std::string& path, const ChunkCrcs& c, int64_t chunk, int64_t num_tokens,
+                            uint32_t got) {
+  const int64_t a = chunk * c.chunk_tokens, b = std::min(num_tokens, a + c.chunk_tokens);
+  return fmt::format("shard '{}', dataset '{}': chunk {} (tokens [{}, {})) fails its checksum (crc32c stored {:08x}, "
+                     "read {:08x}): the file is corrupt; llmtrain-prepare --verify {} checks every shard",
+                     path, kTokensDataset, chunk, a, b, c.crc[static_cast<size_t>(chunk)], got,
+                     fs::path(path).parent_path().string());
+}
+
 namespace {
+
+// A shard's chunk checksums from every rank's part of it, tokens [lo, hi) at
+// `part` (shard-relative chunk k covers [begin + k*C, begin + (k+1)*C)): a chunk
+// that straddles two ranks is joined from their pieces in order (crc32c_combine).
+template <typename T>
+std::vector<uint32_t> gather_chunk_crcs(MPI_Comm comm, const T* part, int64_t lo, int64_t hi, int64_t begin,
+                                        int64_t n) {
+  constexpr int64_t C = kCrcChunkTokens;
+  std::vector<uint64_t> mine;  // (chunk, byte offset in the chunk, bytes, crc) per piece
+  for (int64_t p = lo; p < hi;) {
+    const int64_t k = (p - begin) / C, q = std::min(hi, begin + (k + 1) * C);
+    const auto bytes = static_cast<uint64_t>(q - p) * sizeof(T);
+    mine.insert(mine.end(), {static_cast<uint64_t>(k), static_cast<uint64_t>(p - begin - k * C) * sizeof(T), bytes,
+                             crc32c(part + (p - lo), bytes)});
+    p = q;
+  }
+  int world = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &world));
+  const int count = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<size_t>(world)), displs(static_cast<size_t>(world));
+  MPI_CHECK(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int r = 0; r < world; ++r) displs[r] = total, total += counts[r];
+  std::vector<uint64_t> all(static_cast<size_t>(total));
+  MPI_CHECK(MPI_Allgatherv(mine.data(), count, MPI_UINT64_T, all.data(), counts.data(), displs.data(), MPI_UINT64_T,
+                           comm));
+  std::vector<std::array<uint64_t, 4>> pieces;
+  for (size_t i = 0; i + 3 < all.size(); i += 4) pieces.push_back({all[i], all[i + 1], all[i + 2], all[i + 3]});
+  std::sort(pieces.begin(), pieces.end());
+  std::vector<uint32_t> crc(static_cast<size_t>((n + C - 1) / C), 0);
+  for (const auto& p : pieces) crc[p[0]] = crc32c_combine(crc[p[0]], static_cast<uint32_t>(p[3]), p[2]);
+  return crc;
+}
 
 // The whole shard's CRC32C from every rank's (offset, bytes, crc) of its part.
 uint32_t combine_parts(MPI_Comm comm, uint64_t offset, uint64_t bytes, uint32_t crc) {
@@ -229,6 +293,21 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
                                        part_bytes, part_crc);
     h5::write_attr(dset, "crc32c", static_cast<int64_t>(crc));
     dset.reset();
+    // Each chunk's checksum (what the loader verifies), written by rank 0.
+    const std::vector<uint32_t> chunks =
+        gather_chunk_crcs(comm, hi > lo ? local.data() + (lo - local_begin) : nullptr, lo, hi, begin, n);
+    {
+      const auto nc = static_cast<hsize_t>(chunks.size());
+      H5Id cspace(H5_CHECK(H5Screate_simple(1, &nc, nullptr)), H5Sclose);
+      H5Id cset(H5_CHECK(H5Dcreate2(file.id, kChunkCrcDataset, H5T_STD_U32LE, cspace, H5P_DEFAULT, dcpl,
+                                    H5P_DEFAULT)),
+                H5Dclose);
+      h5::write_attr(cset, "chunk_tokens", kCrcChunkTokens);
+      errno = 0;
+      if (rank == 0 && failure.empty() &&
+          H5_LOCKED(H5Dwrite(cset, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, chunks.data())) < 0)
+        fail("writing shard");
+    }
     const hid_t id = std::exchange(file.id, -1);
     errno = 0;
     if (H5_LOCKED(H5Fclose(id)) < 0) fail("closing shard");  // collective: every rank's data is written after this
@@ -261,5 +340,78 @@ template std::vector<int64_t> write_split_shards<uint32_t>(MPI_Comm, const std::
                                                            const std::vector<uint32_t>&, int64_t, int64_t,
                                                            int64_t, const ShardMeta&);
 
+namespace {
+
+// One shard read whole, in pieces of whole chunks: every chunk and the shard's
+// crc32c attribute checked. "" when sound, else the first problem; `chunks` the
+// number of chunks verified (0: the shard has no chunk checksums).
+std::string verify_shard(const std::string& path, int64_t& chunks) {
+  const ShardHeader h = read_shard_header(path);
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  H5Id file = open_shard_file(path, MPI_COMM_SELF);
+  H5Id d(H5_CHECK(H5Dopen2(file, kTokensDataset, H5P_DEFAULT)), H5Dclose);
+  const ChunkCrcs c = read_chunk_crcs(file, path, h.num_tokens);
+  const size_t esize = h.dtype == "uint16" ? 2 : 4;
+  const int64_t step = c.chunk_tokens > 0 ? c.chunk_tokens * std::max<int64_t>(1, (int64_t{1} << 24) / c.chunk_tokens)
+                                          : int64_t{1} << 24;
+  std::vector<uint8_t> buf;
+  uint32_t whole = 0;
+  chunks = 0;
+  for (int64_t pos = 0; pos < h.num_tokens; pos += step) {
+    const int64_t n = std::min(step, h.num_tokens - pos);
+    buf.resize(static_cast<size_t>(n) * esize);
+    H5Id fspace(H5_CHECK(H5Dget_space(d)), H5Sclose);
+    const hsize_t start = static_cast<hsize_t>(pos), count = static_cast<hsize_t>(n);
+    H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, nullptr, &count, nullptr));
+    H5Id mspace(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
+    H5_CHECK(H5Dread(d, esize == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32, mspace, fspace, H5P_DEFAULT, buf.data()));
+    whole = crc32c(buf.data(), buf.size(), whole);
+    for (int64_t t = 0; c.chunk_tokens > 0 && t < n; t += c.chunk_tokens, ++chunks) {
+      const size_t bytes = static_cast<size_t>(std::min(c.chunk_tokens, n - t)) * esize;
+      const uint32_t got = crc32c(buf.data() + static_cast<size_t>(t) * esize, bytes);
+      if (got != c.crc[static_cast<size_t>((pos + t) / c.chunk_tokens)])
+        return chunk_crc_error(path, c, (pos + t) / c.chunk_tokens, h.num_tokens, got);
+    }
+  }
+  const h5::AttrReader attr(fmt::format("shard '{}', dataset 'tokens'", path), "see docs/data-format.md", true);
+  if (attr.has(d, "crc32c") && static_cast<uint32_t>(attr.i64(d, "crc32c")) != whole)
+    return fmt::format("shard '{}', dataset '{}' fails its checksum (crc32c stored {:08x}, read {:08x}): the file is "
+                       "corrupt",
+                       path, kTokensDataset, static_cast<uint32_t>(attr.i64(d, "crc32c")), whole);
+  return "";
+}
+
+}  // namespace
+
 }  // namespace data
+
+int verify_data_dir(const std::string& dir, std::ostream& out) {
+  const data::DataIndex index = data::read_data_index(dir);
+  int bad = 0, total = 0;
+  for (const auto* split : {&index.train, &index.val}) {
+    for (const auto& sh : *split) {
+      const std::string path = (std::filesystem::path(dir) / sh.file).string();
+      ++total;
+      int64_t chunks = 0;
+      std::string problem;
+      try {
+        problem = data::verify_shard(path, chunks);
+      } catch (const Error& e) {
+        problem = e.what();
+      }
+      if (!problem.empty()) {
+        ++bad;
+        out << fmt::format("BAD  {}: {}\n", path, problem);
+      } else {
+        out << fmt::format("ok   {}: {} tokens, {}\n", path, sh.tokens,
+                           chunks ? fmt::format("{} chunk crc32c(s) and the shard's verified", chunks)
+                                  : std::string("no chunk checksums (an older llmtrain-prepare): the shard's crc32c "
+                                                "verified"));
+      }
+    }
+  }
+  out << fmt::format("{} of {} shard(s) sound\n", total - bad, total);
+  return bad;
+}
+
 }  // namespace llmtrain

@@ -16,6 +16,12 @@ namespace llmtrain::data {
 
 constexpr int64_t kFormatVersion = 1;
 constexpr const char* kTokensDataset = "tokens";
+// Per-chunk checksums: dataset "tokens_crc32c" (uint32, one per chunk of its
+// attribute chunk_tokens tokens, the last chunk shorter), the CRC32C of each
+// chunk's bytes as stored (docs/data-format.md). The loader checks a chunk the
+// first time the process reads from it.
+constexpr const char* kChunkCrcDataset = "tokens_crc32c";
+constexpr int64_t kCrcChunkTokens = 65536;
 
 using h5::H5Id;
 using h5::make_mpio_fapl;
@@ -42,6 +48,18 @@ struct ShardMeta {
   std::string tokenizer_hash;
   std::string dtype;  // "uint16" | "uint32"
 };
+
+// A shard's chunk checksums; chunk_tokens 0 (none) for shards prepared before them.
+struct ChunkCrcs {
+  int64_t chunk_tokens = 0;
+  std::vector<uint32_t> crc;
+  int64_t chunks_of(int64_t num_tokens) const { return (num_tokens + chunk_tokens - 1) / chunk_tokens; }
+};
+// Reads them from an open shard (DataError naming the file when malformed).
+ChunkCrcs read_chunk_crcs(hid_t file, const std::string& path, int64_t num_tokens);
+// The one-line error of a chunk that fails its checksum.
+std::string chunk_crc_error(const std::string& path, const ChunkCrcs& c, int64_t chunk, int64_t num_tokens,
+                            uint32_t got);
 
 // "train_00003.h5": the split's word (to_string) and the index.
 std::string shard_file_name(Split split, int64_t index);

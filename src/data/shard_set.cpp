@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <mutex>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "data/data_index.hpp"
+#include "llmtrain/core/crc32c.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/core/log.hpp"
 #include "llmtrain/core/hdf5_mutex.hpp"
 
 namespace llmtrain::data {
@@ -37,6 +40,8 @@ ShardSet::ShardSet(const std::string& data_dir, Split split, ShardOrder order, b
   }
   files_.resize(shards.size());
   dsets_.resize(shards.size());
+  crcs_.resize(shards.size());
+  verified_.resize(shards.size());
 }
 
 ShardSet::~ShardSet() {
@@ -64,28 +69,69 @@ hid_t ShardSet::dataset(size_t s) {
       files_[s] = H5Id(H5_CHECK(H5Fopen(paths_[s].c_str(), H5F_ACC_RDONLY, fapl)), H5Fclose);
     }
     dsets_[s] = H5Id(H5_CHECK(H5Dopen2(files_[s], kTokensDataset, H5P_DEFAULT)), H5Dclose);
+    crcs_[s] = read_chunk_crcs(files_[s], paths_[s], tokens(s));
+    std::lock_guard<std::mutex> v(verified_mutex_);
+    verified_[s].assign(crcs_[s].crc.size(), 0);
+    static std::once_flag noted;  // once per process
+    if (crcs_[s].chunk_tokens == 0)
+      std::call_once(noted, [&] {
+        log::info("shard {} has no chunk checksums (prepared by an older llmtrain-prepare): its tokens are read "
+                  "unverified; preparing the data again adds them (docs/data-format.md)",
+                  paths_[s]);
+      });
   }
   return dsets_[s];
 }
 
+void ShardSet::verify_chunks(size_t s, int64_t lo, int64_t hi, const uint8_t* bytes, size_t esize) {
+  const ChunkCrcs& c = crcs_[s];
+  for (int64_t k = lo / c.chunk_tokens; k * c.chunk_tokens < hi; ++k) {
+    const int64_t a = k * c.chunk_tokens, b = std::min(tokens(s), a + c.chunk_tokens);
+    if (a < lo || b > hi) continue;  // only in part here: checked by a read that holds all of it
+    {
+      std::lock_guard<std::mutex> v(verified_mutex_);
+      if (verified_[s][static_cast<size_t>(k)]) continue;
+    }
+    const uint32_t got = crc32c(bytes + static_cast<size_t>(a - lo) * esize, static_cast<size_t>(b - a) * esize);
+    if (got != c.crc[static_cast<size_t>(k)]) throw DataError(chunk_crc_error(paths_[s], c, k, tokens(s), got));
+    std::lock_guard<std::mutex> v(verified_mutex_);
+    verified_[s][static_cast<size_t>(k)] = 1;
+  }
+}
+
+// Tokens [lo, hi) widened to whole chunks where one of them is not verified yet.
+std::pair<int64_t, int64_t> ShardSet::read_range(size_t s, int64_t offset, int64_t n) {
+  const ChunkCrcs& c = crcs_[s];
+  if (c.chunk_tokens == 0 || n <= 0) return {offset, offset + n};
+  const int64_t k0 = offset / c.chunk_tokens, k1 = (offset + n - 1) / c.chunk_tokens;
+  std::lock_guard<std::mutex> v(verified_mutex_);
+  for (int64_t k = k0; k <= k1; ++k)
+    if (!verified_[s][static_cast<size_t>(k)])
+      return {k0 * c.chunk_tokens, std::min(tokens(s), (k1 + 1) * c.chunk_tokens)};
+  return {offset, offset + n};
+}
+
 void ShardSet::read(size_t s, int64_t offset, int64_t n, int64_t* out) {
   const bool u16 = info_.token_dtype == "uint16";
-  std::vector<uint16_t> buf16(u16 ? n : 0);
-  std::vector<uint32_t> buf32(u16 ? 0 : n);
+  const size_t esize = u16 ? 2 : 4;
+  std::vector<uint8_t> buf;
+  int64_t lo = offset, hi = offset + n;
   {
     std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     const hid_t d = dataset(s);
+    std::tie(lo, hi) = read_range(s, offset, n);
+    buf.resize(static_cast<size_t>(hi - lo) * esize);
     H5Id fspace(H5_CHECK(H5Dget_space(d)), H5Sclose);
-    const hsize_t start = static_cast<hsize_t>(offset), count = static_cast<hsize_t>(n);
+    const hsize_t start = static_cast<hsize_t>(lo), count = static_cast<hsize_t>(hi - lo);
     H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, nullptr, &count, nullptr));
     H5Id mspace(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
-    if (u16)
-      H5_CHECK(H5Dread(d, H5T_NATIVE_UINT16, mspace, fspace, H5P_DEFAULT, buf16.data()));
-    else
-      H5_CHECK(H5Dread(d, H5T_NATIVE_UINT32, mspace, fspace, H5P_DEFAULT, buf32.data()));
+    H5_CHECK(H5Dread(d, u16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32, mspace, fspace, H5P_DEFAULT, buf.data()));
   }
+  if (crcs_[s].chunk_tokens > 0) verify_chunks(s, lo, hi, buf.data(), esize);
+  const auto* b16 = reinterpret_cast<const uint16_t*>(buf.data()) + (offset - lo);
+  const auto* b32 = reinterpret_cast<const uint32_t*>(buf.data()) + (offset - lo);
   int64_t mx = 0;
-  for (int64_t i = 0; i < n; ++i) mx = std::max<int64_t>(mx, out[i] = u16 ? buf16[i] : buf32[i]);
+  for (int64_t i = 0; i < n; ++i) mx = std::max<int64_t>(mx, out[i] = u16 ? b16[i] : b32[i]);
   // Cheap load-time guard (one max per read): an id >= vocab would index past
   // the embedding table and crash or silently corrupt training.
   if (mx >= info_.vocab_size)

@@ -6,6 +6,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,12 +52,22 @@ class ShardSet {
 
  private:
   hid_t dataset(size_t s);
+  std::pair<int64_t, int64_t> read_range(size_t s, int64_t offset, int64_t n);
+  // Tokens [lo, hi) of shard s were read into `bytes`: the chunks among them not
+  // yet verified are checked and marked (DataError naming the file and chunk).
+  void verify_chunks(size_t s, int64_t lo, int64_t hi, const uint8_t* bytes, size_t esize);
 
   DataInfo info_;
   bool use_mpio_ = true;
   std::vector<std::string> paths_;
   std::vector<int64_t> token_prefix_;
   std::vector<H5Id> files_, dsets_;  // opened on first use (under hdf5_mutex())
+  // Each shard's chunk checksums (read with the dataset) and which chunks this
+  // process has verified (under verified_mutex_): every chunk is checked the
+  // first time a read touches it.
+  std::vector<ChunkCrcs> crcs_;
+  std::vector<std::vector<uint8_t>> verified_;
+  std::mutex verified_mutex_;
 };
 
 }  // namespace llmtrain::data

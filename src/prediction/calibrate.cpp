@@ -176,11 +176,12 @@ CommFigures measure_collectives(Collectives& comm, double bytes, const torch::De
   return f;
 }
 
-// Checkpoint writes: 16 MiB written and fsynced by every rank at once.
+// Checkpoint writes: 64 MiB written and fsynced by every rank at once, in
+// out_dir (where the checkpoints go).
 double measure_storage_gbps(const std::string& dir, int rank) {
   std::filesystem::create_directories(dir);
   const std::string path = fmt::format("{}/.calibrate_{}.tmp", dir, rank);
-  std::vector<char> block(16 << 20, 1);
+  std::vector<char> block(64 << 20, 1);
   const double s = time_call(
       [&] {
         const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -196,6 +197,17 @@ double measure_storage_gbps(const std::string& dir, int rank) {
       1, torch::Device(torch::kCPU));
   std::filesystem::remove(path);
   return static_cast<double>(block.size()) / s / 1e9;
+}
+
+// An asynchronous save's snapshot: 256 MiB of float32 copied into a buffer
+// kept from the previous snapshot, from host memory (a CPU run) or from the
+// device into pinned host memory (CUDA), as CheckpointOps::host_copy does.
+double measure_snapshot_copy_gbps(const torch::Device& dev) {
+  const int64_t n = int64_t{64} << 20;
+  const torch::Tensor src = torch::ones({n}, torch::TensorOptions().device(dev).dtype(torch::kFloat));
+  torch::Tensor dst = torch::empty({n}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(dev.is_cuda()));
+  const double s = time_call([&] { dst.copy_(src, /*non_blocking=*/dev.is_cuda()); }, 1, dev);
+  return static_cast<double>(n) * sizeof(float) / s / 1e9;
 }
 
 }  // namespace
@@ -226,6 +238,8 @@ std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile
     p.comm_overlap = f.overlap;
   }
   p.storage_gbps = measure_storage_gbps(c.out_dir, rt.rank());
+  p.host_copy_gbps = measure_snapshot_copy_gbps(torch::Device(torch::kCPU));
+  p.d2h_gbps = dev.is_cuda() ? measure_snapshot_copy_gbps(dev) : 0.0;
   {
     TokenLoader loader(LoaderOptions::from_config(c), rt, Split::train, dev, /*stream=*/0);
     p.data_batch_us = time_call([&] { (void)loader.next(); }, 10, dev) * 1e6;

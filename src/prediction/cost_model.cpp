@@ -264,6 +264,25 @@ double optimizer_seconds(const RunShape& r, const WorldLayout& w, const DevicePr
   return bytes / (p.memory_gbps * 1e9) + 4.0 * calls * p.launch_us * 1e-6;
 }
 
+// Checkpoints: weights and both AdamW moments in fp32, each rank writing what it
+// owns (sharded strategies 1/W, DDP's rank 0 all of it). A synchronous save copies
+// to the host (a GPU's device -> host copy) and writes at the storage bandwidth;
+// an asynchronous one blocks for the snapshot copy, and the next save waits for
+// whatever of the write the interval's iterations did not cover.
+void checkpoint_cost(const RunShape& r, const WorldLayout& w, const DeviceProfile& p, StepPrediction& out) {
+  const bool sharded = r.strategy != StrategyKind::ddp;
+  out.checkpoint_bytes = static_cast<double>(r.model.num_params()) * 3.0 * kParamBytes /
+                         static_cast<double>(sharded ? w.world_size : 1);
+  const bool gpu = p.d2h_gbps > 0;
+  const double copy = out.checkpoint_bytes / ((gpu ? p.d2h_gbps : p.host_copy_gbps) * 1e9);
+  const double write = out.checkpoint_bytes / (p.storage_gbps * 1e9);
+  const auto interval = static_cast<double>(std::max<int64_t>(1, r.checkpoint_interval > 0 ? r.checkpoint_interval
+                                                                                          : r.eval_interval));
+  out.checkpoint_sync_s = (gpu ? copy : 0.0) + write;
+  out.checkpoint_async_s = copy + std::max(0.0, write - interval * out.step_time_s);
+  out.checkpoint_s = (r.checkpoint_async ? out.checkpoint_async_s : out.checkpoint_sync_s) / interval;
+}
+
 }  // namespace
 
 RunShape RunShape::from_config(const Config& c, const ModelConfig& m) {
@@ -277,6 +296,7 @@ RunShape RunShape::from_config(const Config& c, const ModelConfig& m) {
   r.bucket_bytes = c.ddp_bucket_mb * 1024.0 * 1024.0;
   r.checkpoint_interval = c.checkpoint_interval;
   r.eval_interval = c.eval_interval;
+  r.checkpoint_async = c.checkpoint_async;
   return r;
 }
 
@@ -319,11 +339,8 @@ StepPrediction predict_step(const RunShape& r, const WorldLayout& w, const Devic
     out.communication_s += cc.exposed_s;
     out.communication_total_s += cc.seconds;
   }
-  // Checkpoints: every rank writes its share of weights and both AdamW moments.
-  const int64_t interval = r.checkpoint_interval > 0 ? r.checkpoint_interval : r.eval_interval;
-  const double ckpt_bytes = static_cast<double>(r.model.num_params()) * 3.0 * kParamBytes / w.world_size;
-  out.checkpoint_s = ckpt_bytes / (p.storage_gbps * 1e9) / static_cast<double>(std::max<int64_t>(1, interval));
   out.step_time_s = out.data_s + out.forward_s + out.backward_s + out.communication_s + out.optimizer_s;
+  checkpoint_cost(r, w, p, out);
   out.tokens_per_iter = static_cast<double>(r.batch_size * r.model.block_size * r.grad_accum * w.world_size);
   out.tokens_per_s = out.tokens_per_iter / out.step_time_s;
   if (!p.model.empty()) {
@@ -350,8 +367,10 @@ std::string format_prediction(const StepPrediction& p, const WorldLayout& w) {
                   ms(p.matmul_s), ms(p.attention_s), ms(p.elementwise_s), ms(p.launch_s)));
   row("communication", p.communication_s, fmt::format("exposed, of {:.4g} ms on the link", ms(p.communication_total_s)));
   row("optimizer", p.optimizer_s, "");
-  s += fmt::format("  {:<15}{:>11.4g} ms         amortized per iteration, not in the step\n", "checkpoint",
-                   ms(p.checkpoint_s));
+  s += fmt::format("  {:<15}{:>11.4g} ms         amortized per iteration, not in the step; one save ({:.3g} GB per "
+                   "rank) blocks {:.3g} s synchronous, {:.3g} s asynchronous\n",
+                   "checkpoint", ms(p.checkpoint_s), p.checkpoint_bytes / 1e9, p.checkpoint_sync_s,
+                   p.checkpoint_async_s);
   for (const auto& c : p.collectives)
     s += fmt::format("    {}: {:.4g} MB, {:.4g} ms, {:.4g} ms exposed\n", c.what, c.bytes / 1e6, ms(c.seconds),
                      ms(c.exposed_s));
@@ -374,6 +393,10 @@ nlohmann::json prediction_json(const StepPrediction& p) {
             {"communication_s", p.communication_s},
             {"optimizer_s", p.optimizer_s},
             {"checkpoint_amortized_s", p.checkpoint_s}}},
+          {"checkpoint",
+           {{"bytes_per_rank", p.checkpoint_bytes},
+            {"blocking_sync_s", p.checkpoint_sync_s},
+            {"blocking_async_s", p.checkpoint_async_s}}},
           {"detail",
            {{"matmul_s", p.matmul_s},
             {"attention_s", p.attention_s},

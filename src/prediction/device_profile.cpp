@@ -39,6 +39,10 @@ constexpr double kAttentionEfficiency = 0.50, kAttentionEfficiencyHopper = 0.35;
 // Fixed costs (assumptions, stated in docs/performance-model.md): a CUDA kernel
 // launch, a NCCL call's latency, checkpoint storage per rank, a loader batch.
 constexpr double kGpuLaunchUs = 4.0, kGpuCollectiveUs = 30.0, kGpuStorageGbps = 2.0, kGpuDataBatchUs = 200.0;
+// A pinned device -> host copy reaches this share of the host link's one-way
+// line rate (assumption, as kLinkEfficiency: PCIe's 128b/130b encoding and packet
+// headers); a GPU node's host memcpy (one thread) is an assumption too.
+constexpr double kHostLinkEfficiency = kLinkEfficiency, kGpuHostCopyGbps = 10.0;
 
 struct GpuFigures {
   const char* name;
@@ -48,6 +52,7 @@ struct GpuFigures {
   double inter_line_gbps; // one-way network line rate per GPU
   double mamf_efficiency; // maximum achievable bf16 matmul rate / dense peak (measured, below)
   bool hopper;            // sm_90: FlashAttention-2-generation kernels at kAttentionEfficiencyHopper
+  double host_line_gbps;  // one-way line rate between the GPU and host memory
 };
 
 // Datasheet figures (one-way line rates; NVIDIA quotes NVLink bidirectional):
@@ -74,11 +79,21 @@ struct GpuFigures {
 // 2250 (77.6%); H100 PCIe 499.5 of 756 (66.1%: github.com/mag-/gpu_benchmark,
 // the same finder). RTX A6000 and L40S have no published figure: 81.1%, the
 // median of the NVIDIA rows of that table (assumption).
+// Host link (what a checkpoint's device -> pinned host copy crosses): PCIe Gen5
+//  x16, 128 GB/s bidirectional (64 one way), on H100 SXM and PCIe and H200 (their
+//  datasheets: "PCIe Gen5: 128GB/s"); B200 assumed the same (the DGX B200's
+//  hosts are PCIe Gen5 Xeon Platinum 8570s); PCIe Gen4 x16, 64 GB/s bidirectional
+//  (32 one way), on A100 ("PCIe Gen4: 64GB/s"), RTX A6000 and L40S. A Grace
+//  Hopper's NVLink-C2C would be 900 GB/s bidirectional, 450 one way (GH200
+//  datasheet); no built-in profile has it.
 constexpr GpuFigures kGpus[] = {
-    {"h100_sxm", "H100 SXM", 3350, 450, 50, 0.803, true},    {"h100_pcie", "H100 PCIe", 2000, 32 * 2, 50, 0.661, true},
-    {"h200", "H200", 4800, 450, 50, 0.803, true},             {"b200", "B200", 8000, 900, 50, 0.776, false},
-    {"a100_sxm_80gb", "A100", 2039, 300, 25, 0.869, false},   {"rtx_a6000", "RTX A6000", 768, 32, 25, 0.811, false},
-    {"l40s", "L40S", 864, 32, 25, 0.811, false},
+    {"h100_sxm", "H100 SXM", 3350, 450, 50, 0.803, true, 64},
+    {"h100_pcie", "H100 PCIe", 2000, 32 * 2, 50, 0.661, true, 64},
+    {"h200", "H200", 4800, 450, 50, 0.803, true, 64},
+    {"b200", "B200", 8000, 900, 50, 0.776, false, 64},
+    {"a100_sxm_80gb", "A100", 2039, 300, 25, 0.869, false, 32},
+    {"rtx_a6000", "RTX A6000", 768, 32, 25, 0.811, false, 32},
+    {"l40s", "L40S", 864, 32, 25, 0.811, false, 32},
 };
 
 double table_peak(const std::string& model, PeakMath math) {
@@ -108,6 +123,8 @@ DeviceProfile gpu_profile(const GpuFigures& g) {
   p.collective_latency_us = kGpuCollectiveUs;
   p.launch_us = kGpuLaunchUs;
   p.storage_gbps = kGpuStorageGbps;
+  p.host_copy_gbps = kGpuHostCopyGbps;
+  p.d2h_gbps = kHostLinkEfficiency * g.host_line_gbps;
   p.data_batch_us = kGpuDataBatchUs;
   p.comm_overlap = 1.0;
   return p;
@@ -133,6 +150,10 @@ DeviceProfile cpu_dev_profile() {
   p.collective_latency_us = 0.8;
   p.launch_us = 69.5;
   p.storage_gbps = 0.059;
+  // The snapshot's host copy: LibTorch's copy_ of 256 MiB of float32 into a kept
+  // buffer, one thread, 2026-11-25 21:40 UTC, load average 10; no device copy.
+  p.host_copy_gbps = 0.78;
+  p.d2h_gbps = 0.0;
   p.data_batch_us = 447.0;
   p.comm_overlap = 0.0;
   return p;
@@ -199,6 +220,8 @@ constexpr std::pair<const char*, double DeviceProfile::*> kNumericFields[] = {
     {"collective_latency_us", &DeviceProfile::collective_latency_us},
     {"launch_us", &DeviceProfile::launch_us},
     {"storage_gbps", &DeviceProfile::storage_gbps},
+    {"host_copy_gbps", &DeviceProfile::host_copy_gbps},
+    {"d2h_gbps", &DeviceProfile::d2h_gbps},
     {"data_batch_us", &DeviceProfile::data_batch_us},
     {"comm_overlap", &DeviceProfile::comm_overlap},
 };

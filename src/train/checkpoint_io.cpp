@@ -272,16 +272,27 @@ void CheckpointWriter::tensor(const std::string& group, const std::string& name,
   const size_t index = f_->add_dataset(std::move(d), static_cast<uint64_t>(numel) * sizeof(float));
   if (!part.defined() || part.numel() == 0) return;  // independent I/O: only the owners write
   const torch::Tensor buf = part.to(torch::kCPU, torch::kFloat).contiguous();
-  const uint64_t bytes = static_cast<uint64_t>(buf.numel()) * sizeof(float);
-  // The checksum of the bytes as written, while they are in memory (no second pass over the file).
-  f_->pieces.push_back({index, static_cast<uint64_t>(offset) * sizeof(float), bytes, crc32c(buf.data_ptr(), bytes)});
-  if (!f_->failure.empty()) return;  // the disk is full already: no more data, the same collective calls
-  hsize_t n = static_cast<hsize_t>(buf.numel());
-  select_flat_range(fspace, shape, offset, buf.numel());
-  H5Id mspace(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-  errno = 0;
-  if (H5_LOCKED(H5Dwrite(f_->datasets[index], H5T_NATIVE_FLOAT, mspace, fspace, f_->independent, buf.data_ptr<float>())) < 0)
-    f_->fail(fmt::format("writing dataset '{}'", join(group, name)));
+  const float* data = buf.data_ptr<float>();
+  const int64_t numel_part = buf.numel();
+  // Written in pieces of 1 MiB, each checksummed just before its write: the write
+  // copies the bytes from the cache the CRC has just read them into (one pass over
+  // memory, not two). The CRC is taken even after a failed write (the checksum
+  // allgather needs every piece); a full disk gets no more data.
+  constexpr int64_t kPiece = (int64_t{1} << 20) / static_cast<int64_t>(sizeof(float));
+  uint32_t crc = 0;
+  for (int64_t p = 0; p < numel_part; p += kPiece) {
+    const int64_t m = std::min(kPiece, numel_part - p);
+    crc = crc32c(data + p, static_cast<size_t>(m) * sizeof(float), crc);
+    if (!f_->failure.empty()) continue;
+    hsize_t hm = static_cast<hsize_t>(m);
+    select_flat_range(fspace, shape, offset + p, m);
+    H5Id mspace(H5_CHECK(H5Screate_simple(1, &hm, nullptr)), H5Sclose);
+    errno = 0;
+    if (H5_LOCKED(H5Dwrite(f_->datasets[index], H5T_NATIVE_FLOAT, mspace, fspace, f_->independent, data + p)) < 0)
+      f_->fail(fmt::format("writing dataset '{}'", join(group, name)));
+  }
+  f_->pieces.push_back(
+      {index, static_cast<uint64_t>(offset) * sizeof(float), static_cast<uint64_t>(numel_part) * sizeof(float), crc});
 }
 
 void CheckpointWriter::rank_row(const std::string& group, const std::string& name, const std::vector<uint8_t>& row) {

@@ -19,6 +19,10 @@
                and a count; no document contributes an EOS id; --strict refuses.
   permission   a shard the trainer cannot read is reported with the OS error
                (Permission denied) and its path, not as a truncated file.
+  bitflip      one bit flipped in a token of a real prepared shard: training
+               stops with one line naming the shard, the dataset and the chunk,
+               and llmtrain-prepare --verify names it too (exit 1); the untouched
+               copy verifies and trains.
 
 Usage: test_prepare_faults.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -247,6 +251,52 @@ elif case == "permission":
     if "truncated" in p.stdout:
         fail(p, "the wrong cause (a truncated file) was given")
     print("unreadable shard: 'Permission denied' with its path")
+
+elif case == "bitflip":
+    # The smallest speeches: the train shard is one chunk (65536 tokens), so any
+    # batch reads the flipped one.
+    small = sorted(speeches, key=os.path.getsize)[:5]
+    good = os.path.join(work, "good")
+    prepare(good, "--val_fraction", "0.2", *small)
+    bad = os.path.join(work, "bad")
+    shutil.copytree(good, bad)
+    shard = os.path.join(bad, "train_00000.h5")
+    # Byte tokens are stored as uint16 little-endian: find a run of the text in the
+    # file and flip the lowest bit of one token (still an id of the vocabulary).
+    blob = open(shard, "rb").read()
+    pos = -1
+    for doc in small:  # the documents hashed into the train split are in it
+        text = open(doc, "rb").read()
+        pattern = b"".join(bytes([c, 0]) for c in text[len(text) // 2:len(text) // 2 + 32])
+        pos = blob.find(pattern)
+        if pos >= 0:
+            break
+    assert pos >= 0, "no run of the corpus found in the shard's bytes"
+    with open(shard, "r+b") as f:
+        f.seek(pos + 16)
+        byte = f.read(1)[0]
+        f.seek(pos + 16)
+        f.write(bytes([byte ^ 1]))
+
+    def train(d, out):
+        return e2e_common.train(1, d, out, "--max_iters=2", "--eval_interval=1000", expect_ok=False)[0]
+
+    p = train(bad, "run_bad")
+    line = [l for l in p.stdout.splitlines() if "fails its checksum" in l]
+    if p.returncode == 0 or not line or shard not in line[0] or "dataset 'tokens'" not in line[0] \
+            or "chunk 0 (tokens [0, " not in line[0]:
+        fail(p, "training on a shard with a flipped bit did not stop naming the shard, the dataset and the chunk")
+    p = run([*mpi(1, prep_bin, "--verify", bad)], expect_ok=False)
+    if p.returncode != 1 or f"BAD  {shard}: " not in p.stdout or "chunk 0" not in p.stdout:
+        fail(p, "llmtrain-prepare --verify did not name the flipped shard")
+    p = run([*mpi(1, prep_bin, "--verify", good)], expect_ok=False)
+    if p.returncode != 0 or "BAD" in p.stdout or "shard(s) sound" not in p.stdout:
+        fail(p, "llmtrain-prepare --verify refused the untouched data")
+    p = train(good, "run_good")
+    if p.returncode != 0:
+        fail(p, "the untouched data did not train")
+    print("flipped bit: training stops naming the shard, dataset and chunk; --verify names it; the untouched copy "
+          "trains:\n  " + line[0])
 
 else:
     sys.exit(f"unknown case {case}")

@@ -136,6 +136,41 @@ TEST(CostModel, CalibratedGemmRatesAreUsed) {
   EXPECT_GT(predict_step(r, {1, 1}, p).matmul_s, before);
 }
 
+// A save's blocking time: DDP's rank 0 writes the whole state, a sharded rank
+// 1/W; synchronous = device -> host copy + write, asynchronous = the copy alone
+// while the write fits in the interval, plus what does not.
+TEST(CostModel, CheckpointBlockingSyncAndAsync) {
+  const auto h100 = load_device_profile("h100_sxm");
+  ASSERT_GT(h100.d2h_gbps, 40);  // PCIe Gen5 x16, 64 GB/s one way
+  ASSERT_LT(h100.d2h_gbps, 64);
+  const ModelConfig m = llama(12, 768, 12, 1024, 32000);
+  const WorldLayout node{8, 8};
+  RunShape r = run(m, ComputeDtype::bfloat16, 8, StrategyKind::ddp);
+  r.checkpoint_interval = 100;
+  const double state = 12.0 * static_cast<double>(m.num_params());
+  const auto ddp = predict_step(r, node, h100);
+  EXPECT_DOUBLE_EQ(ddp.checkpoint_bytes, state);
+  EXPECT_NEAR(ddp.checkpoint_sync_s, state / (h100.d2h_gbps * 1e9) + state / (h100.storage_gbps * 1e9), 1e-9);
+  EXPECT_NEAR(ddp.checkpoint_async_s, state / (h100.d2h_gbps * 1e9), 1e-9);
+  EXPECT_NEAR(ddp.checkpoint_s, ddp.checkpoint_sync_s / 100, 1e-12);  // synchronous unless checkpoint_async
+  r.checkpoint_async = true;
+  EXPECT_NEAR(predict_step(r, node, h100).checkpoint_s, ddp.checkpoint_async_s / 100, 1e-12);
+  r.strategy = StrategyKind::zero1;
+  EXPECT_DOUBLE_EQ(predict_step(r, node, h100).checkpoint_bytes, state / 8);
+  // A save every iteration on slow storage: the next save waits for the write.
+  auto slow = h100;
+  slow.storage_gbps = 0.01;
+  r.checkpoint_interval = 1;
+  const auto waits = predict_step(r, node, slow);
+  EXPECT_NEAR(waits.checkpoint_async_s, waits.checkpoint_sync_s - waits.step_time_s, 1e-9);
+  // A CPU profile (no device copy): the snapshot is a host copy, a synchronous save only writes.
+  const auto cpu = load_device_profile("cpu_dev");
+  EXPECT_EQ(cpu.d2h_gbps, 0);
+  const auto c = predict_step(r, {1, 1}, cpu);
+  EXPECT_NEAR(c.checkpoint_sync_s, c.checkpoint_bytes / (cpu.storage_gbps * 1e9), 1e-9);
+  EXPECT_GE(c.checkpoint_async_s, c.checkpoint_bytes / (cpu.host_copy_gbps * 1e9) - 1e-9);
+}
+
 TEST(DeviceProfile, BuiltinsFileRoundTripAndErrors) {
   for (const char* name : {"h100_sxm", "h100_pcie", "h200", "b200", "a100_sxm_80gb", "rtx_a6000", "l40s", "cpu_dev"}) {
     const auto p = load_device_profile(name);
@@ -155,6 +190,8 @@ TEST(DeviceProfile, BuiltinsFileRoundTripAndErrors) {
   const auto back = load_device_profile(file);
   EXPECT_EQ(back.name, "l40s");
   EXPECT_DOUBLE_EQ(back.memory_gbps, p.memory_gbps);
+  EXPECT_DOUBLE_EQ(back.d2h_gbps, p.d2h_gbps);
+  EXPECT_DOUBLE_EQ(back.host_copy_gbps, p.host_copy_gbps);
   EXPECT_DOUBLE_EQ(back.gemm_tflops.at("8x8x8:bf16"), 1.5);
   auto j = device_profile_json(p);
   j.erase("memory_gbps");

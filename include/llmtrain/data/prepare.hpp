@@ -2,6 +2,7 @@
 // plus index.json (docs/data-format.md). The library side of llmtrain-prepare.
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -61,5 +62,11 @@ struct PrepareResult {
 // is complete and read back. Throws DataError naming the file (and line for
 // JSONL) on bad input, and naming the path and the OS error on unwritable output.
 PrepareResult prepare_data(const PrepareOptions& options, const Runtime& rt);
+
+// llmtrain-prepare --verify DIR: every shard of a data directory read whole and
+// checked against its checksums (each chunk's and the shard's crc32c), one line
+// per shard ("ok   PATH: ..." or "BAD  PATH: the problem") and a count on `out`.
+// Returns the number of bad shards; DataError when the directory is not one.
+int verify_data_dir(const std::string& dir, std::ostream& out);
 
 }  // namespace llmtrain

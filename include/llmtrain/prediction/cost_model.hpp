@@ -30,6 +30,7 @@ struct RunShape {
   double bucket_bytes = 25.0 * 1024 * 1024;
   int64_t checkpoint_interval = 0; // 0: a checkpoint per evaluation (the bound when val improves each time)
   int64_t eval_interval = 250;
+  bool checkpoint_async = false;   // saves block only for the snapshot copy (checkpoint_async)
   // Bytes per element of the parameters gathered (FSDP, ZeRO-1) and of the
   // gradients reduced. This implementation keeps both in fp32 (4); other
   // implementations a published run used may gather bf16 (2).
@@ -60,6 +61,10 @@ struct StepPrediction {
   double communication_s = 0; // exposed: what the step waits for
   double optimizer_s = 0;
   double checkpoint_s = 0;    // amortized over the checkpoint interval; not part of step_time_s
+  // One save: the bytes the busiest rank writes (DDP's rank 0: all), and how long
+  // the save holds the loop, synchronous (copy to the host + write) and
+  // asynchronous (the snapshot copy, plus any write not done by the next save).
+  double checkpoint_bytes = 0, checkpoint_sync_s = 0, checkpoint_async_s = 0;
   // Where forward + backward go.
   double matmul_s = 0, attention_s = 0, elementwise_s = 0, launch_s = 0;
   double communication_total_s = 0;  // on the link, hidden or not

@@ -30,7 +30,9 @@ struct DeviceProfile {
   double inter_node_busbw_gbps = 0;  // ... between nodes (InfiniBand, Ethernet)
   double collective_latency_us = 0;  // fixed cost of one collective call
   double launch_us = 0;              // fixed cost of one kernel launch / operator dispatch
-  double storage_gbps = 0;           // checkpoint write bandwidth per rank
+  double storage_gbps = 0;           // checkpoint write bandwidth per rank (sequential, fsynced)
+  double host_copy_gbps = 0;         // host memory copy per rank (a CPU run's asynchronous snapshot)
+  double d2h_gbps = 0;               // device -> pinned host copy per GPU (a CUDA run's snapshot); 0 on a CPU
   double data_batch_us = 0;          // loader: one micro-batch read and handed to the device
   // Fraction of a collective that can run while the device computes (1 on GPUs:
   // NCCL has its own stream; on a CPU the ranks' MPI shares the cores).
