@@ -554,7 +554,8 @@ TEST(DocumentMasking, PositionsRestartAfterEachEos) {
   const auto x = packed_rows(100);
   llmtrain::model_detail::Documents docs(x, kEos);
   std::vector<int64_t> want;
-  for (const int64_t n : doc_lengths()[1])
+  const auto lens = doc_lengths();
+  for (const int64_t n : lens[1])
     for (int64_t i = 0; i < n; ++i) want.push_back(i);
   auto got = docs.positions()[1];
   EXPECT_TRUE(torch::equal(got, torch::tensor(want, torch::kLong)));
