@@ -47,8 +47,12 @@ double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype,
   // stream; under autocast also the head's 16-bit copy), logits in the compute
   // dtype plus their fp32 log-softmax for the loss.
   const double C = static_cast<double>(m.n_embd), V = static_cast<double>(m.padded_vocab);
-  if (e < 4.0) return tokens * (3 * C * 4.0 + C * e) + tokens * V * (e + 4.0);
-  return tokens * 3 * C * e + tokens * V * (e + 4.0);
+  // document_masking: one block-diagonal mask for all blocks, (B, 1, T, T) as
+  // bool and as SDPA's additive mask in the compute dtype (CUDA's varlen flash
+  // path builds neither: an upper bound there).
+  const double masks = m.document_masking ? tokens * static_cast<double>(m.block_size) * (1.0 + e) : 0.0;
+  if (e < 4.0) return tokens * (3 * C * 4.0 + C * e) + tokens * V * (e + 4.0) + masks;
+  return tokens * 3 * C * e + tokens * V * (e + 4.0) + masks;
 }
 
 double activation_bytes_forward(const ModelConfig& m, int64_t recomputed, ComputeDtype dtype, int64_t batch_size,

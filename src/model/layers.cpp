@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -165,11 +166,90 @@ AttentionPlan plan_attention(AttentionBackend requested, torch::Device device, t
   return plan;  // unreachable: manual ends the chain
 }
 
+// ---- documents of a packed batch ------------------------------------------------------
+
+Documents::Documents(const torch::Tensor& idx, int64_t eos_id) {
+  LLMTRAIN_CHECK(eos_id >= 0, "document_masking needs the data's EOS id, got {}", eos_id);
+  const int64_t T = idx.size(1);
+  starts_ = torch::zeros_like(idx, torch::kBool);  // (B, T)
+  starts_.select(1, 0).fill_(true);
+  if (T > 1) starts_.narrow(1, 1, T - 1).copy_(idx.narrow(1, 0, T - 1) == eos_id);
+  doc_ = starts_.cumsum(1);  // (B, T) int64, 1 for the row's first document
+  auto t = torch::arange(T, idx.options()).expand_as(idx);
+  auto first = std::get<0>(torch::where(starts_, t, torch::zeros_like(t)).cummax(1));  // its document's start
+  positions_ = t - first;
+}
+
+const torch::Tensor& Documents::visible() const {
+  if (!visible_.defined()) {
+    const int64_t T = doc_.size(1);
+    auto same = doc_.unsqueeze(2) == doc_.unsqueeze(1);  // (B, T, T)
+    auto causal = torch::ones({T, T}, doc_.options().dtype(torch::kBool)).tril();
+    visible_ = (same & causal).unsqueeze(1);  // (B, 1, T, T)
+  }
+  return visible_;
+}
+
+const torch::Tensor& Documents::additive_mask(torch::ScalarType dtype) const {
+  if (!additive_.defined() || additive_.scalar_type() != dtype) {
+    additive_ = torch::zeros(visible().sizes(), doc_.options().dtype(dtype))
+                    .masked_fill_(visible().logical_not(), -std::numeric_limits<double>::infinity());
+  }
+  return additive_;
+}
+
+const torch::Tensor& Documents::cu_seqlens() const {
+  if (!cu_seqlens_.defined()) {
+    auto flat_starts = starts_.reshape({-1}).nonzero().reshape({-1});  // (N) int64, one host sync
+    auto end = torch::full({1}, starts_.numel(), flat_starts.options());
+    auto cu = torch::cat({flat_starts, end});
+    max_seqlen_ = cu.diff().max().item<int64_t>();
+    cu_seqlens_ = cu.to(torch::kInt32);
+  }
+  return cu_seqlens_;
+}
+
+int64_t Documents::max_seqlen() const {
+  cu_seqlens();
+  return max_seqlen_;
+}
+
+bool uses_varlen_flash(const torch::Tensor& q, const AttentionPlan& plan) {
+  const auto dt = q.scalar_type();
+  const int64_t D = q.size(-1);
+  return q.is_cuda() && plan.backend != AttentionBackend::manual && (dt == at::kHalf || dt == at::kBFloat16) &&
+         D % 8 == 0 && D <= 256;
+}
+
+namespace {
+
+// FlashAttention's varlen kernel over the documents of the flattened batch:
+// causal inside each document, nothing across. q: (B, H, T, D), k, v: (B, K, T, D).
+torch::Tensor varlen_flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const Documents& docs, double p) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), K = k.size(1);
+  auto qf = q.transpose(1, 2).reshape({B * T, H, D});  // (B*T, H, D)
+  auto kf = k.transpose(1, 2).reshape({B * T, K, D});
+  auto vf = v.transpose(1, 2).reshape({B * T, K, D});
+  const auto& cu = docs.cu_seqlens();
+  const int64_t n = docs.max_seqlen();
+  auto out = std::get<0>(at::_flash_attention_forward(qf, kf, vf, cu, cu, n, n, p, /*is_causal=*/true,
+                                                      /*return_debug_mask=*/false));
+  return out.view({B, T, H, D}).transpose(1, 2);  // (B, H, T, D)
+}
+
+}  // namespace
+
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const AttentionPlan& plan, const torch::Tensor& mask, double dropout, bool training) {
+                               const AttentionPlan& plan, const torch::Tensor& mask, double dropout, bool training,
+                               const Documents* docs) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t K = k.size(1), G = H / K;
   const double p = training ? dropout : 0.0;
+  if (docs && uses_varlen_flash(q, plan)) return varlen_flash_attention(q, k, v, *docs, p);
+  if (docs && plan.backend != AttentionBackend::manual)  // SDPA picks a kernel that takes a mask
+    return at::scaled_dot_product_attention(q, k, v, docs->additive_mask(q.scalar_type()), p, /*is_causal=*/false,
+                                            std::nullopt, /*enable_gqa=*/G > 1);
   if (plan.backend != AttentionBackend::manual) {
     // On CPU the flags do not matter (SDPA has one fused CPU kernel); on CUDA
     // they hold SDPA to the planned kernel, so it never falls back silently.
@@ -185,6 +265,9 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   auto att = at::matmul(qg, k.transpose(-2, -1));                        // (B, K, G*T, T)
   auto m = mask.narrow(0, 0, T).narrow(1, 0, T);
   att.view({B, K, G, T, T}).add_(m.scalar_type() == att.scalar_type() ? m : m.to(att.scalar_type()));
+  if (docs)  // (B, 1, T, T) -> (B, 1, 1, T, T) over the K x G heads
+    att.view({B, K, G, T, T})
+        .masked_fill_(docs->visible().logical_not().unsqueeze(1), -std::numeric_limits<double>::infinity());
   att = at::softmax(att, -1);
   if (p > 0) att = at::dropout(att, p, true);
   return at::matmul(att, v).view({B, H, T, D});                          // (B, K, G*T, D) -> (B, H, T, D)
@@ -206,7 +289,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg, std::shared_ptr<const Atten
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                     const torch::Tensor& mask) {
+                                     const torch::Tensor& mask, const Documents* docs) {
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = n_head_, K = n_kv_head_, D = head_dim_;
   auto qkv = c_attn(x);                                                // (B, T, (H + 2K) * D)
@@ -217,15 +300,15 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     q = q_norm(q);
     k = k_norm(k);
   }
-  if (cos.defined()) {
-    q = apply_rope(q, cos.narrow(0, 0, T), sin.narrow(0, 0, T));
-    k = apply_rope(k, cos.narrow(0, 0, T), sin.narrow(0, 0, T));
+  if (cos.defined()) {  // the caller's tables are for these T positions
+    q = apply_rope(q, cos, sin);
+    k = apply_rope(k, cos, sin);
   }
   // (B, T, h, D) -> (B, h, T, D), contiguous so that heads group without copies.
   q = q.transpose(1, 2).contiguous();
   k = k.transpose(1, 2).contiguous();
   v = v.transpose(1, 2).contiguous();
-  auto y = causal_attention(q, k, v, *plan_, mask, dropout_, is_training());  // (B, H, T, D)
+  auto y = causal_attention(q, k, v, *plan_, mask, dropout_, is_training(), docs);  // (B, H, T, D)
   y = y.transpose(1, 2).reshape({B, T, H * D});
   return c_proj(y);
 }
@@ -261,9 +344,9 @@ BlockImpl::BlockImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                 const torch::Tensor& mask) {
+                                 const torch::Tensor& mask, const Documents* docs) {
   const double p = is_training() ? dropout_ : 0.0;
-  auto a = attn(ln_1(x), cos, sin, mask);
+  auto a = attn(ln_1(x), cos, sin, mask, docs);
   auto h = x + (p > 0 ? at::dropout(a, p, true) : a);
   auto m = mlp(ln_2(h));
   return h + (p > 0 ? at::dropout(m, p, true) : m);

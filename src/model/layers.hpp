@@ -57,21 +57,57 @@ struct AttentionPlan {
 AttentionPlan plan_attention(AttentionBackend requested, torch::Device device, torch::ScalarType dtype,
                              int64_t H, int64_t K, int64_t D, int64_t T, double dropout);
 
+// The documents of a packed batch (document_masking): each row of token ids is
+// cut after every EOS token; a token sees only earlier tokens of its own
+// document and its position counts from its document's first token. Built once
+// per forward from the ids and shared by every block; the masks are made on
+// first use, only for the attention path that reads them.
+class Documents {
+ public:
+  // idx: (B, T) int64 token ids; eos_id: the id that ends a document.
+  Documents(const torch::Tensor& idx, int64_t eos_id);
+  const torch::Tensor& positions() const { return positions_; }  // (B, T) int64
+  // (B, 1, T, T) bool: true where query i may see key j (same document, j <= i).
+  const torch::Tensor& visible() const;
+  // The same as an additive mask of `dtype` (0 or -inf), for SDPA: one tensor
+  // for all blocks (a bool mask would be converted, and saved, per block).
+  const torch::Tensor& additive_mask(torch::ScalarType dtype) const;
+  // Varlen kernels: (N + 1) int32 offsets of the N documents in the flattened
+  // (B * T) tokens (a row's end also ends a document), and the longest one.
+  const torch::Tensor& cu_seqlens() const;
+  int64_t max_seqlen() const;
+
+ private:
+  torch::Tensor starts_;     // (B, T) bool: a document starts here
+  torch::Tensor doc_;        // (B, T) int64: document number within the row
+  torch::Tensor positions_;  // (B, T) int64
+  mutable torch::Tensor visible_, additive_, cu_seqlens_;
+  mutable int64_t max_seqlen_ = 0;
+};
+
 // Causal attention core. q: (B, H, T, D), k, v: (B, K, T, D) -> (B, H, T, D).
 // `mask` is the cached additive causal mask (block_size, block_size) used by the
 // manual backend (undefined for sdpa). No K/V copy per query head on the manual
 // path: queries are grouped as (B, K, G*T, D) and multiplied by (B, K, D, T).
+// With `docs` (document_masking) attention also stays inside each document:
+// CUDA in fp16/bf16 runs FlashAttention's varlen kernel over the documents
+// (no mask); otherwise SDPA (or the manual path) takes docs' block-diagonal mask.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const AttentionPlan& plan, const torch::Tensor& mask, double dropout, bool training);
+                               const AttentionPlan& plan, const torch::Tensor& mask, double dropout, bool training,
+                               const Documents* docs = nullptr);
+// Whether causal_attention runs documents through the varlen flash kernel for
+// this query (CUDA, fp16/bf16, a head width flash takes, not the manual backend).
+bool uses_varlen_flash(const torch::Tensor& q, const AttentionPlan& plan);
 
 class AttentionImpl : public torch::nn::Module {
  public:
   // `plan` is the model's (shared by every block, replaced in place when the
   // model is planned for its device).
   AttentionImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan);
-  // x: (B, T, C); cos/sin: RoPE tables or undefined; mask: see causal_attention.
+  // x: (B, T, C); cos/sin: RoPE tables for these positions, (T, 1, D/2) or per
+  // token (B, T, 1, D/2), or undefined; mask, docs: see causal_attention.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask);
+                        const torch::Tensor& mask, const Documents* docs);
 
   torch::nn::Linear c_attn{nullptr};  // C -> (H + 2K) * D, fused q|k|v
   torch::nn::Linear c_proj{nullptr};  // H * D -> C (residual projection)
@@ -100,7 +136,7 @@ class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask);
+                        const torch::Tensor& mask, const Documents* docs);
 
   Norm ln_1{nullptr}, ln_2{nullptr};
   Attention attn{nullptr};

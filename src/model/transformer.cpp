@@ -81,15 +81,20 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
   LLMTRAIN_CHECK(T <= cfg_.block_size, "sequence length {} exceeds block_size = {}", T, cfg_.block_size);
   if (p.hooks) p.hooks->before_forward();
+  // document_masking: the documents of each row, read from the ids themselves.
+  std::shared_ptr<const model_detail::Documents> docs;
+  if (cfg_.document_masking) docs = std::make_shared<const model_detail::Documents>(idx, cfg_.eos_id);
   auto embed = [&] {
-    auto e = p.wte(idx);                               // (B, T, C)
+    auto e = p.wte(idx);  // (B, T, C)
+    if (p.wpe && docs) return e + at::embedding(p.wpe->weight, docs->positions());  // (B, T, C)
     if (p.wpe) e = e + p.wpe->weight.narrow(0, 0, T);  // positions 0..T-1: (T, C) broadcast
     return e;
   };
   auto x = p.hooks ? p.hooks->run_embedding(embed) : embed();
   if (cfg_.dropout > 0 && is_training()) x = at::dropout(x, cfg_.dropout, true);
+  const auto rope = rope_for(idx, docs.get());
   for (size_t i = 0; i < p.h.size(); ++i) {
-    const auto body = block_body(static_cast<int64_t>(i));
+    const auto body = block_body(static_cast<int64_t>(i), rope, docs);
     x = p.hooks ? p.hooks->run_block(static_cast<int64_t>(i), x, body) : body(x);
   }
   if (p.hooks) x = p.hooks->before_head(x);
@@ -101,14 +106,32 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& idx) {
 // between their gather (before the block's backward) and their reduce-scatter
 // (after it), so it reads gathered parameters. The body holds the block and the
 // cached tables by value: backward calls it after hidden() has returned.
-std::function<torch::Tensor(const torch::Tensor&)> TransformerImpl::block_body(int64_t i) {
+std::function<torch::Tensor(const torch::Tensor&)> TransformerImpl::block_body(
+    int64_t i, const std::pair<torch::Tensor, torch::Tensor>& rope,
+    const std::shared_ptr<const model_detail::Documents>& docs) {
   auto& p = *parts_;
   std::function<torch::Tensor(const torch::Tensor&)> plain =
-      [block = p.h.at(static_cast<size_t>(i)), cos = p.rope_cos, sin = p.rope_sin,
-       mask = p.causal_mask](const torch::Tensor& in) mutable { return block(in, cos, sin, mask); };
+      [block = p.h.at(static_cast<size_t>(i)), cos = rope.first, sin = rope.second, mask = p.causal_mask,
+       docs](const torch::Tensor& in) mutable { return block(in, cos, sin, mask, docs.get()); };
   if (!cfg_.recomputes_block(i)) return plain;
   const bool random = cfg_.dropout > 0 && is_training();
   return [plain, random](const torch::Tensor& in) { return model_detail::recompute_in_backward(plain, in, random); };
+}
+
+// RoPE's cos/sin for the positions of idx: the tables' first T rows (T, 1, D/2),
+// or with documents each token's own position's row (B, T, 1, D/2); undefined
+// without RoPE.
+std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rope_for(const torch::Tensor& idx,
+                                                                  const model_detail::Documents* docs) const {
+  const auto& p = *parts_;
+  if (!p.rope_cos.defined()) return {};
+  const int64_t B = idx.size(0), T = idx.size(1);
+  if (!docs) return {p.rope_cos.narrow(0, 0, T), p.rope_sin.narrow(0, 0, T)};
+  auto rows = docs->positions().reshape({-1});  // (B*T)
+  auto gather = [&](const torch::Tensor& table) {
+    return table.index_select(0, rows).view({B, T, 1, table.size(-1)});
+  };
+  return {gather(p.rope_cos), gather(p.rope_sin)};
 }
 
 torch::Tensor TransformerImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {

@@ -238,10 +238,11 @@ ResumeConfigCheck::ResumeConfigCheck(nlohmann::json now, const std::string& allo
     : now_(std::move(now)), tokenizer_(std::move(tokenizer)) {
   std::stringstream in(allow);
   for (std::string word; std::getline(in, word, ',');) {
-    if (word == "data_dir")
-      allow_data_dir_ = true;
+    if (word == "data_dir" || word == "data_mix")
+      allowed_.insert(word);
     else if (!word.empty())
-      throw ConfigError(fmt::format("config key 'resume_allow': '{}' is not allowed (allowed: data_dir)", word));
+      throw ConfigError(
+          fmt::format("config key 'resume_allow': '{}' is not allowed (allowed: data_dir, data_mix)", word));
   }
 }
 
@@ -260,10 +261,11 @@ void ResumeConfigCheck::check(const CheckpointReader& r) const {
                                          "token ids",
                                          r.path(), r.attr_str("", "tokenizer"), now_.value("data_dir", ""),
                                          tokenizer_));
-  if (differs("data_dir") && !allow_data_dir_)
-    throw CheckpointMismatch(fmt::format("resuming '{}': config key 'data_dir' is {} in the checkpoint's run and {} "
-                                         "now; add resume_allow=data_dir to continue the run on other data",
-                                         r.path(), then["data_dir"].dump(), now_["data_dir"].dump()));
+  for (const char* key : {"data_dir", "data_mix"})  // the data: refused unless resume_allow names the key
+    if (differs(key) && allowed_.count(key) == 0)
+      throw CheckpointMismatch(fmt::format("resuming '{}': config key '{}' is {} in the checkpoint's run and {} "
+                                           "now; add resume_allow={} to continue the run on other data",
+                                           r.path(), key, then[key].dump(), now_[key].dump(), key));
 }
 
 std::vector<ResumeChange> resume_changes(const nlohmann::json& checkpoint_config, const nlohmann::json& now) {
@@ -272,8 +274,9 @@ std::vector<ResumeChange> resume_changes(const nlohmann::json& checkpoint_config
     if (listed_on_resume(k) && checkpoint_config.contains(k.name) && now.contains(k.name) &&
         checkpoint_config[k.name] != now[k.name])
       out.push_back({k.name, checkpoint_config[k.name], now[k.name]});
-  if (checkpoint_config.contains("data_dir") && checkpoint_config["data_dir"] != now.value("data_dir", nlohmann::json()))
-    out.push_back({"data_dir", checkpoint_config["data_dir"], now["data_dir"]});
+  for (const char* key : {"data_dir", "data_mix"})
+    if (checkpoint_config.contains(key) && checkpoint_config[key] != now.value(key, nlohmann::json()))
+      out.push_back({key, checkpoint_config[key], now[key]});
   return out;
 }
 

@@ -50,6 +50,18 @@ void sync_device(torch::Device d) {
 #endif
 }
 
+// The id that ends a document, for document_masking (-1 without it): the data
+// index's EOS; data without one (a nanoGPT token stream) is refused.
+int64_t document_eos(const Config& cfg, const DataInfo& data) {
+  if (!cfg.document_masking) return -1;
+  if (data.eos_id < 0)
+    throw ConfigError(fmt::format("document_masking=true needs documents separated by an EOS token, but the data "
+                                  "in {} records none (eos_id = -1: a raw token stream, e.g. --from_nanogpt); "
+                                  "set document_masking=false or prepare the data from text",
+                                  data.dir));
+  return data.eos_id;
+}
+
 // The training loop's console: the progress bar, and the lines printed around
 // it; with the bar off (LLMTRAIN_PROGRESS=off, or not rank 0) they are plain
 // rank-0 lines.
@@ -118,6 +130,7 @@ struct Trainer::Impl {
     if (mcfg.vocab_size < data.vocab_size)
       throw ConfigError(fmt::format("config key 'vocab_size' ({}) is smaller than the data's vocabulary ({} in {})",
                                     mcfg.vocab_size, data.vocab_size, cfg.data_dir));
+    mcfg.eos_id = document_eos(cfg, data);
     if (!cfg.export_hf.empty()) check_hf_export_target(cfg.export_hf, mcfg);  // refused before any work
     check_memory_fits(cfg, mcfg, rt.world_size(), available_memory(device, rt.local_size(), rt.hostname()));
     torch::manual_seed(cfg.seed);

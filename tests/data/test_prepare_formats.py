@@ -9,7 +9,9 @@ tools (JSONL). Every format must give exactly the tokens of the .txt files.
 
   formats  every format's train tokens == the .txt files' (GPT-2 tokenizer,
            2 ranks); Parquet on 1 and 3 ranks with a val split: byte-identical
-           files (row groups split across ranks); --text_field picks the column.
+           files (row groups split across ranks); --text_field picks the column;
+           jobs/prepare_data.sbatch (mpirun, 2 tasks) on a folder laid out as
+           SlimPajama-6B's (train-*-of-*.parquet: text, meta, __index_level_0__).
   errors   a missing column, a corrupt Parquet / Arrow / .jsonl.zst / .jsonl.gz
            file: one-line errors naming the file (and the column).
 
@@ -169,6 +171,40 @@ def case_formats():
     if not np.array_equal(tokens(os.path.join(work, "out_field")), want):
         fail("--text_field content: tokens differ from the .txt files")
     print("--text_field content: identical")
+    slimpajama_template(docs, want)
+
+
+def write_slimpajama(docs, n_files=3):
+    """A folder laid out as the Hub's SlimPajama-6B: data/train-0000K-of-0000N.parquet with the
+    columns text, meta {redpajama_set_name} and __index_level_0__ (its pandas index)."""
+    d = os.path.join(work, "SlimPajama-6B", "data")
+    os.makedirs(d)
+    per = (len(docs) + n_files - 1) // n_files
+    for k in range(n_files):
+        part = docs[k * per:(k + 1) * per]
+        meta = pa.array([{"redpajama_set_name": "RedPajamaCommonCrawl"}] * len(part),
+                        pa.struct([("redpajama_set_name", pa.string())]))
+        index = pa.array(range(k * per, k * per + len(part)), pa.int64())
+        table = pa.table({"text": part, "meta": meta, "__index_level_0__": index})
+        pq.write_table(table, os.path.join(d, f"train-{k:05d}-of-{n_files:05d}.parquet"), row_group_size=30)
+    return d
+
+
+def slimpajama_template(docs, want):
+    """jobs/prepare_data.sbatch as docs/data-format.md shows it for SlimPajama-6B (outside Slurm:
+    mpirun, 2 tasks; the quoted pattern expanded by the job): the .txt files' tokens."""
+    folder = write_slimpajama(docs)
+    out = os.path.join(work, "tok", "slimpajama6b_gpt2")
+    env = dict(os.environ, INPUTS=os.path.join(folder, "train-*.parquet"), TOKENIZER="gpt2", DATA_DIR=out,
+               PREPARE_ARGS="--val_fraction=0", LLMTRAIN_LAUNCHER="mpirun", NTASKS="2", LLMTRAIN_BIN=bin_dir,
+               LLMTRAIN_ROOT=source, LLMTRAIN_JOBS_DIR=os.path.join(source, "jobs"))
+    p = run(["bash", os.path.join(source, "jobs", "prepare_data.sbatch")], env=env)
+    if "3 input(s)" not in p.stdout or "on 2 rank(s)" not in p.stdout:
+        fail("prepare_data.sbatch did not tokenize the 3 Parquet files on 2 ranks", p.stdout)
+    if not np.array_equal(tokens(out), want):
+        fail("prepare_data.sbatch on the SlimPajama-6B layout: tokens differ from the .txt files", p.stdout)
+    print(f"prepare_data.sbatch, SlimPajama-6B layout (3 files, text/meta/__index_level_0__): {len(want)} tokens, "
+          "identical to the .txt files")
 
 
 def expect_error(name, inputs, *needles, args=()):

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -475,4 +476,169 @@ TEST(ActivationCheckpointing, ActivationBytesCountTheKeptInputs) {
   EXPECT_EQ(peak.kept_below, 4);
   EXPECT_DOUBLE_EQ(none, llmtrain::activation_bytes_forward(m, 0, ComputeDtype::bfloat16, 4, AttentionBackend::sdpa));
   EXPECT_NEAR(bytes(ActivationCheckpointing::selective, 1), full, 1e-6);
+}
+
+// ---- document_masking: packed documents do not see each other -----------------------
+
+namespace {
+
+constexpr int64_t kEos = 3;
+
+// Two rows of 24 tokens, documents cut after each EOS: row 0 holds documents of
+// 5, 9 and 10 tokens (the last one runs past the row's end, no EOS), row 1 of 7
+// and 17. Ids other than EOS are drawn from [4, vocab).
+std::vector<std::vector<int64_t>> doc_lengths() { return {{5, 9, 10}, {7, 17}}; }
+
+torch::Tensor packed_rows(int64_t vocab) {
+  auto x = random_tokens(2, 24, vocab - 4, 21) + 4;
+  const auto lens = doc_lengths();
+  for (int64_t b = 0; b < 2; ++b) {
+    int64_t end = 0;
+    for (size_t d = 0; d + 1 < lens[b].size(); ++d) {  // each document but the row's last ends in EOS
+      end += lens[b][d];
+      x[b][end - 1] = kEos;
+    }
+  }
+  return x;
+}
+
+ModelConfig tiny_llama3() {
+  ModelConfig m = tiny_llama();
+  m.rope_theta = 500000.0;  // LLaMA-3: GQA (tiny_llama's 4 heads over 2 KV heads) and a larger RoPE base
+  return m;
+}
+
+struct LossGrads {
+  double loss = 0.0;
+  std::vector<torch::Tensor> grads;  // in parameters() order
+};
+
+LossGrads loss_and_grads(Transformer& model, const std::function<torch::Tensor()>& loss_fn) {
+  model->zero_grad();
+  auto loss = loss_fn();
+  loss.backward();
+  LossGrads out{loss.item<double>(), {}};
+  for (auto& p : model->parameters()) out.grads.push_back(p.grad().clone());
+  return out;
+}
+
+double max_grad_diff(const LossGrads& a, const LossGrads& b) {
+  double d = 0.0;
+  for (size_t i = 0; i < a.grads.size(); ++i) d = std::max(d, (a.grads[i] - b.grads[i]).abs().max().item<double>());
+  return d;
+}
+
+// The packed batch's loss and gradients with `document_masking` as given.
+LossGrads packed(ModelConfig cfg, bool masking, const torch::Tensor& x, const torch::Tensor& y) {
+  cfg.document_masking = masking;
+  cfg.eos_id = kEos;
+  Transformer model(cfg);
+  model->init_weights(7);
+  return loss_and_grads(model, [&] { return model->loss(x, y); });
+}
+
+// Each document fed alone (its own sequence, positions from 0, plain causal
+// attention), weighted as the trainer's mean over every token of the batch:
+// sum over documents of (document's mean loss x its tokens) / (B x T).
+LossGrads documents_alone(ModelConfig cfg, const torch::Tensor& x, const torch::Tensor& y) {
+  cfg.document_masking = false;
+  Transformer model(cfg);
+  model->init_weights(7);
+  const auto lens = doc_lengths();
+  return loss_and_grads(model, [&] {
+    auto total = torch::zeros({});
+    for (int64_t b = 0; b < 2; ++b) {
+      int64_t start = 0;
+      for (const int64_t n : lens[b]) {
+        auto xs = x[b].narrow(0, start, n).unsqueeze(0), ys = y[b].narrow(0, start, n).unsqueeze(0);
+        total = total + model->loss(xs, ys) * static_cast<double>(n);
+        start += n;
+      }
+    }
+    return total / static_cast<double>(x.numel());
+  });
+}
+
+}  // namespace
+
+TEST(DocumentMasking, PositionsRestartAfterEachEos) {
+  const auto x = packed_rows(100);
+  llmtrain::model_detail::Documents docs(x, kEos);
+  std::vector<int64_t> want;
+  const auto lens = doc_lengths();
+  for (const int64_t n : lens[1])
+    for (int64_t i = 0; i < n; ++i) want.push_back(i);
+  auto got = docs.positions()[1];
+  EXPECT_TRUE(torch::equal(got, torch::tensor(want, torch::kLong)));
+  // Varlen offsets: 5 documents in the flattened 48 tokens, a row's end ends one.
+  EXPECT_TRUE(torch::equal(docs.cu_seqlens(), torch::tensor({0, 5, 14, 24, 31, 48}, torch::kInt)));
+  EXPECT_EQ(docs.max_seqlen(), 17);
+  // Query 6 of row 0 (2nd document, which starts at 5) sees keys 5 and 6 only.
+  auto row = docs.visible()[0][0][6];
+  EXPECT_TRUE(torch::equal(row.nonzero().reshape({-1}), torch::tensor({5, 6}, torch::kLong)));
+}
+
+// The packed loss and gradients equal those of each document fed alone, for
+// every family and both CPU attention paths (SDPA with the block-diagonal mask,
+// the manual path); without document_masking they differ (the test can fail).
+TEST(DocumentMasking, PackedLossEqualsEachDocumentAloneForEachFamily) {
+  for (auto cfg : {tiny_llama(), tiny_llama3(), tiny_gpt2(), tiny_qwen3()}) {
+    for (auto backend : {llmtrain::AttentionBackend::sdpa, llmtrain::AttentionBackend::manual}) {
+      cfg.attention_backend = backend;
+      SCOPED_TRACE(fmt::format("{} {}", cfg.arch_string(), llmtrain::to_string(backend)));
+      const auto x = packed_rows(cfg.vocab_size);
+      const auto y = random_tokens(2, 24, cfg.vocab_size, 22);
+      const auto alone = documents_alone(cfg, x, y);
+      const auto masked = packed(cfg, true, x, y);
+      EXPECT_NEAR(masked.loss, alone.loss, 1e-5);
+      EXPECT_LE(max_grad_diff(masked, alone), 1e-5);
+      const auto unmasked = packed(cfg, false, x, y);
+      EXPECT_GT(std::abs(unmasked.loss - alone.loss), 1e-4);
+    }
+  }
+}
+
+TEST(DocumentMasking, ActivationBytesCountTheMask) {
+  ModelConfig m = tiny_llama();
+  const double plain = llmtrain::activation_bytes(m, llmtrain::ComputeDtype::bfloat16, 4, m.attention_backend);
+  m.document_masking = true;
+  const double masked = llmtrain::activation_bytes(m, llmtrain::ComputeDtype::bfloat16, 4, m.attention_backend);
+  EXPECT_DOUBLE_EQ(masked - plain, 4.0 * 32 * 32 * (1 + 2));  // (B, 1, T, T) bool + bf16
+}
+
+// document_masking on CUDA: FlashAttention's varlen kernel under bf16 autocast
+// against the CPU path in fp32, same weights and batch, for every family (head
+// widths flash takes). Registered as the `gpu`-labelled test
+// gpu_document_masking (tests/gpu/CMakeLists.txt); skips without a GPU.
+TEST(DocumentMaskingGpu, VarlenFlashEqualsTheCpuPath) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: the varlen flash path cannot run here";
+  for (auto cfg : {tiny_llama(), tiny_llama3(), tiny_gpt2(), tiny_qwen3()}) {
+    cfg.head_dim = 16;  // flash: a multiple of 8
+    cfg.attention_backend = llmtrain::AttentionBackend::sdpa;
+    cfg.document_masking = true;
+    cfg.eos_id = kEos;
+    SCOPED_TRACE(cfg.arch_string());
+    const auto x = packed_rows(cfg.vocab_size);
+    const auto y = random_tokens(2, 24, cfg.vocab_size, 22);
+    Transformer cpu(cfg), gpu(cfg);
+    cpu->init_weights(7);
+    gpu->init_weights(7);
+    const double want = cpu->loss(x, y).item<double>();
+    const torch::Device cuda(torch::kCUDA, 0);
+    gpu->to(cuda);
+    gpu->plan_attention(cuda, torch::kBFloat16);
+    const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(cuda);
+    const auto plan = llmtrain::model_detail::plan_attention(cfg.attention_backend, cuda, torch::kBFloat16, cfg.n_head,
+                                                             cfg.n_kv_head, cfg.head_dim, cfg.block_size, 0.0);
+    ASSERT_TRUE(llmtrain::model_detail::uses_varlen_flash(torch::empty({1, cfg.n_head, 4, cfg.head_dim}, bf16), plan));
+    double got = 0.0;
+    {
+      llmtrain::AutocastGuard autocast(cuda, torch::kBFloat16);
+      auto loss = gpu->loss(x.to(cuda), y.to(cuda));
+      loss.backward();  // the varlen kernel's backward runs too
+      got = loss.item<double>();
+    }
+    EXPECT_NEAR(got, want, 2e-2 * want);
+    for (auto& p : gpu->parameters()) EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
+  }
 }

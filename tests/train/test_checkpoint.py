@@ -45,7 +45,7 @@
                   fails makes the run exit non-zero.
   resume_changes  a resume with another learning_rate / grad_clip lists them (console,
                   run log resume_changes); another n_embd is refused naming the key;
-                  another data_dir is refused unless resume_allow=data_dir.
+                  another data_dir (data_mix) is refused unless resume_allow=data_dir (data_mix).
 
 Usage: test_checkpoint.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -469,6 +469,15 @@ elif case == "resume_changes":
     p, log = e.train(1, other, "run2", *flags, "--init_from=resume", "--max_iters=5", "--resume_allow=data_dir")
     assert any(c["key"] == "data_dir" for c in log["startup_info"]["resume_changes"]), log["startup_info"]
     print("  data_dir changed with resume_allow=data_dir: resumed, listed")
+    # A blend is the data too: a changed data_mix is refused the same way, unless allowed.
+    mix = f"--data_mix=0.5 {data} 0.5 {other}"
+    p, _ = e.train(1, other, "run2", *flags, "--init_from=resume", "--max_iters=6", mix, expect_ok=False)
+    expect_error(p, "config key 'data_mix'", "resume_allow=data_mix")
+    p, log = e.train(1, other, "run2", *flags, "--init_from=resume", "--max_iters=6", mix,
+                     "--resume_allow=data_dir,data_mix")
+    ch = {c["key"]: (c["checkpoint"], c["now"]) for c in log["startup_info"]["resume_changes"]}
+    assert ch.get("data_mix") == ("", f"0.5 {data} 0.5 {other}"), ch
+    print("  data_mix changed with resume_allow=data_mix: resumed, listed")
 else:
     sys.exit(f"unknown case {case}")
 print("PASS")

@@ -23,6 +23,11 @@ struct ModelConfig {
   AttentionBackend attention_backend = AttentionBackend::sdpa;
   bool qk_norm = false, bias = false, tie_embeddings = false;
   double rope_theta = 10000.0, norm_eps = 1e-5, dropout = 0.0;
+  // document_masking: attention stays inside each document of a packed row and
+  // positions restart at each document; a document ends after each eos_id
+  // token (the data index's EOS, set by the trainer; -1 = unknown).
+  bool document_masking = false;
+  int64_t eos_id = -1;
   // compile=True: the LM head and the cross-entropy fused, in chunks of rows
   // (model/fused_loss.hpp); the loss and its gradients equal the plain path's.
   bool fused_loss = false;

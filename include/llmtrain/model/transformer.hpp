@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -14,6 +15,10 @@
 #include "llmtrain/model/model_config.hpp"
 
 namespace llmtrain {
+
+namespace model_detail {
+class Documents;  // model/layers.hpp: the documents of a packed batch
+}
 
 // Optional code around the forward, installed from outside (distributed/ FSDP gathers
 // sharded parameters there); the model itself stays rank-agnostic. Without
@@ -78,7 +83,14 @@ class TransformerImpl : public torch::nn::Module {
  private:
   // Block i as a function of its input (recomputed in backward where
   // cfg_.recomputes_block(i)).
-  std::function<torch::Tensor(const torch::Tensor&)> block_body(int64_t i);
+  // rope: the RoPE tables for this batch's positions; docs: its documents
+  // (document_masking) or null.
+  std::function<torch::Tensor(const torch::Tensor&)> block_body(
+      int64_t i, const std::pair<torch::Tensor, torch::Tensor>& rope,
+      const std::shared_ptr<const model_detail::Documents>& docs);
+  // RoPE's cos/sin rows for the positions of idx (per token with documents).
+  std::pair<torch::Tensor, torch::Tensor> rope_for(const torch::Tensor& idx,
+                                                   const model_detail::Documents* docs) const;
 
   ModelConfig cfg_;
   // modules are registered by the implementation

@@ -3,6 +3,7 @@
 // has the layout). The trainer adds them to its Checkpointer in this order.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -109,7 +110,8 @@ class ScheduleCheckpoint : public Stateful {
 // `resume_allow` names data_dir.
 class ResumeConfigCheck : public Stateful {
  public:
-  // `allow`: the resume_allow key's text; ConfigError on a word other than data_dir.
+  // `allow`: the resume_allow key's text; ConfigError on a word other than data_dir
+  // or data_mix (each allows a change of that key).
   // `tokenizer`: this run's data's (CheckpointRun::tokenizer); another one is refused
   // whatever resume_allow says (the token ids would mean other things).
   ResumeConfigCheck(nlohmann::json now, const std::string& allow, std::string tokenizer);
@@ -119,7 +121,7 @@ class ResumeConfigCheck : public Stateful {
 
  private:
   nlohmann::json now_;
-  bool allow_data_dir_ = false;
+  std::set<std::string> allowed_;  // keys resume_allow names
   std::string tokenizer_;
 };
 
