@@ -129,10 +129,13 @@ for case in "${cases[@]}"; do
 done
 
 # ---- 3. slow links ---------------------------------------------------------------
-note "slow links: benchmarks/slow_links.py (1 Gbit/s, 3 nodes, prediction checked)"
+# 2 nodes: 3 ranks on this VM's 2 cores skew the ranks (one waits for a core), and
+# that wait shows as exposed communication on the fast link; the 3-host check of
+# the prediction is `slow_links.py --nodes 3 --predict` (docs/performance-model.md).
+note "slow links: benchmarks/slow_links.py (1 Gbit/s, 2 nodes, prediction checked)"
 [[ "${LLMTRAIN_MULTINODE_ONLY_LOSS:-0}" == 1 ]] ||
 python3 "$src/benchmarks/slow_links.py" --cluster "$cluster" --bin "$bin" --data "$DATA_DIR" \
-  --out "$work/out/slow_links" --iters 12 --nodes 3 --check --predict || fail "slow-link study failed"
+  --out "$work/out/slow_links" --iters 12 --nodes 2 --check --predict || fail "slow-link study failed"
 
 # ---- 4. a node lost mid-run ------------------------------------------------------
 LONG=300
