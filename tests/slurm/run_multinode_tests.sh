@@ -11,7 +11,7 @@
 #      equal; the run log says num_nodes 2 and names both hosts, rank by rank
 #   3. slow links: 1 Gbit/s (tc netem with 0.5 ms, or tbf) on every node's link;
 #      benchmarks/slow_links.py measures exposed communication with and without
-#      the bucketed overlap, on fast and slow links, 3 nodes x 1 rank; the slow
+#      the bucketed overlap, on fast and slow links, 2 nodes x 1 rank; the slow
 #      link must cost more. The performance model on the same runs (--predict):
 #      a profile calibrated under srun on each link; no slower-than-predicted
 #      warning on the fast link, one naming exposed communication on the slow
