@@ -53,7 +53,7 @@ sub() {
 }
 # wait_job ID : waits until the job has finished (no longer pending, running or
 # completing) and sets $jobrc as sbatch --wait would: the exit code of the batch
-# script, 1 if a signal ended it. Polls every 0.25 s: sbatch --wait sleeps 2, 8,
+# script, 1 if a signal ended it; fails the test if the job has not ended after 1200 s. Polls every 0.25 s: sbatch --wait sleeps 2, 8,
 # then 32 s between its looks (MinJobAge 300 s), so a 12 s job came back after 42 s.
 #   SCONTROL  array: how to call scontrol (default: scontrol; see SBATCH)
 wait_job() {
@@ -67,6 +67,7 @@ wait_job() {
     esac
     sleep 0.25
   done
+  ((i < 4800)) || fail "job $1 still $state after 1200 s of polling (scontrol show job)"
   code=$(grep -oE '(^| )ExitCode=[0-9]+:[0-9]+' <<<"$info" | head -n1 | cut -d= -f2)
   [[ -n "$state" && -n "$code" ]] || fail "job $1: no state or exit code from scontrol show job (state '$state')"
   if [[ ${code#*:} != 0 ]]; then jobrc=1; else jobrc=${code%%:*}; fi
