@@ -207,6 +207,31 @@ int64_t free_bytes(const std::string& dir) {
   return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
 }
 
+// Creates `path` empty, allocates `bytes` for it and gives them back: "" when the
+// file system had them, else what failed (errno in `err`). Where fallocate is not
+// supported (some NFS), statvfs's free count decides.
+std::string reserve_space(const std::string& path, const std::string& dir, int64_t bytes, int& err) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    err = errno;
+    return fmt::format("creating shard '{}'", path);
+  }
+  int rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  if (rc == EOPNOTSUPP || rc == ENOSYS) rc = free_bytes(dir) >= bytes ? 0 : ENOSPC;
+  if (::ftruncate(fd, 0) != 0 && rc == 0) rc = errno;  // the space goes back (H5Fcreate truncates too)
+  ::close(fd);
+  if (rc == 0) return "";
+  err = rc;
+  return fmt::format("writing shard '{}'", path);
+}
+
+// An upper bound of a shard file's size: its tokens, one checksum per chunk, and
+// HDF5's metadata (superblock, root group, two object headers with their
+// attributes: about 4 KiB measured, docs/data-format.md).
+int64_t shard_file_bound(int64_t n, int64_t token_bytes) {
+  return n * token_bytes + (n + kCrcChunkTokens - 1) / kCrcChunkTokens * 4 + (int64_t{64} << 10);
+}
+
 }  // namespace
 
 template <typename T>
@@ -229,6 +254,28 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     const int64_t n = end - begin;
     const std::string name = shard_file_name(split, s);
     const std::string tmp = (fs::path(out_dir) / (name + ".tmp")).string();
+    // What a failure says, agreed by all ranks, after which the .tmp file is removed.
+    const auto throw_failure = [&](const std::string& what, int err) {
+      std::error_code ec;
+      if (rank == 0) fs::remove(tmp, ec);
+      const int64_t needed = (global_total - begin) * static_cast<int64_t>(sizeof(T));
+      throw DataError(fmt::format("{} failed: {} ({} bytes free on the file system of '{}', {} more needed for the "
+                                  "{} split); the data directory is left as it was",
+                                  what, err ? std::strerror(err) : "the HDF5 write failed", free_bytes(out_dir),
+                                  out_dir, needed, to_string(split)));
+    };
+    // The shard's space first, before HDF5 touches the file. Parallel HDF5 has no
+    // collective error path: a write that fails on one rank inside H5Fclose's
+    // metadata flush leaves the others waiting in its collectives for ever (a full
+    // disk hung prepare that way). Allocated and given back here, the space is
+    // there for the writes below, and a full disk is found where all ranks agree.
+    {
+      int err = 0;
+      std::string failure;
+      if (rank == 0) failure = reserve_space(tmp, out_dir, shard_file_bound(n, sizeof(T)), err);
+      failure = agree_on_failure(comm, failure, err);
+      if (!failure.empty()) throw_failure(failure, err);
+    }
 
     // Times off and fixed-size attributes: the file's bytes depend only on the tokens
     // and the metadata, never on the clock or the number of ranks.
@@ -312,15 +359,7 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     errno = 0;
     if (H5_LOCKED(H5Fclose(id)) < 0) fail("closing shard");  // collective: every rank's data is written after this
     failure = agree_on_failure(comm, failure, err);
-    if (!failure.empty()) {
-      std::error_code ec;
-      if (rank == 0) fs::remove(tmp, ec);
-      const int64_t needed = (global_total - begin) * static_cast<int64_t>(sizeof(T));
-      throw DataError(fmt::format("{} failed: {} ({} bytes free on the file system of '{}', {} more needed for the "
-                                  "{} split); the data directory is left as it was",
-                                  failure, err ? std::strerror(err) : "the HDF5 write failed",
-                                  free_bytes(out_dir), out_dir, needed, to_string(split)));
-    }
+    if (!failure.empty()) throw_failure(failure, err);
     counts.push_back(n);
     names.push_back(name);
   }

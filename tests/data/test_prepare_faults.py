@@ -30,6 +30,7 @@ import filecmp
 import json
 import os
 import random
+import re
 import shutil
 import stat
 import subprocess
@@ -169,7 +170,18 @@ elif case == "full_disk":
             fail(p, f"partial output left on the full disk: {leftovers(mnt)}")
         if shutil.disk_usage(mnt).used > used:
             fail(p, f"the disk holds more than before: {shutil.disk_usage(mnt).used} > {used} bytes")
-        print("full disk: error with the OS reason, old data intact, nothing left behind")
+        # Shards that fit before one that does not: the space of each shard is taken
+        # before HDF5 writes it, so the failure is found at a later shard too, by all
+        # ranks together (parallel HDF5 hung when a write failed inside H5Fclose).
+        out2 = os.path.join(mnt, "data2")
+        p = prepare(out2, "--shard_tokens", "120000", "--val_fraction", "0.1", *speeches[-40:], expect_ok=False)
+        line = next((l for l in p.stdout.splitlines() if "error: writing shard" in l), "")
+        shard = re.search(r"train_(\d{5})\.h5", line)
+        if p.returncode == 0 or "No space left on device" not in line or not shard or int(shard.group(1)) < 1:
+            fail(p, "a disk that fills at a later shard is not reported at that shard")
+        if os.path.exists(out2) or leftovers(mnt) or shutil.disk_usage(mnt).used > used:
+            fail(p, f"partial output left after a later shard failed: {os.listdir(mnt)}")
+        print(f"full disk: error with the OS reason, old data intact, nothing left behind (also at shard {shard.group(1)})")
     finally:
         subprocess.run(["umount", "-l", mnt])
 
