@@ -263,11 +263,12 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   // time gives one (G*T, D) x (D, T) product per KV head, with no K/V copy.
   auto qg = (q * (1.0 / std::sqrt(static_cast<double>(D)))).reshape({B, K, G * T, D});
   auto att = at::matmul(qg, k.transpose(-2, -1));                        // (B, K, G*T, T)
-  auto m = mask.narrow(0, 0, T).narrow(1, 0, T);
-  att.view({B, K, G, T, T}).add_(m.scalar_type() == att.scalar_type() ? m : m.to(att.scalar_type()));
-  if (docs)  // (B, 1, T, T) -> (B, 1, 1, T, T) over the K x G heads
-    att.view({B, K, G, T, T})
-        .masked_fill_(docs->visible().logical_not().unsqueeze(1), -std::numeric_limits<double>::infinity());
+  if (docs) {  // the documents' additive mask (causal inside each document), made once per forward
+    att.view({B, K, G, T, T}).add_(docs->additive_mask(att.scalar_type()).unsqueeze(1));  // (B, 1, 1, T, T)
+  } else {
+    auto m = mask.narrow(0, 0, T).narrow(1, 0, T);
+    att.view({B, K, G, T, T}).add_(m.scalar_type() == att.scalar_type() ? m : m.to(att.scalar_type()));
+  }
   att = at::softmax(att, -1);
   if (p > 0) att = at::dropout(att, p, true);
   return at::matmul(att, v).view({B, H, T, D});                          // (B, K, G*T, D) -> (B, H, T, D)
