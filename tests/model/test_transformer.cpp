@@ -626,8 +626,8 @@ TEST(ActivationBytes, PerBlockMatchesTheCountingAllocator) {
       const double counted = llmtrain::activation_bytes_per_block(cfg, prec.dtype, B, AttentionBackend::sdpa,
                                                                   prec.params == torch::kFloat ? 4.0 : 2.0);
       EXPECT_NEAR(kept - copies, counted, 0.02 * counted)
-          << fmt::format("measured {:.0f} bytes, counted {:.0f} ({:+.2%})", kept - copies, counted,
-                         (counted - (kept - copies)) / (kept - copies));
+          << fmt::format("measured {:.0f} bytes, counted {:.0f} ({:+.2f}%)", kept - copies, counted,
+                         100.0 * (counted - (kept - copies)) / (kept - copies));
     }
   }
 }
