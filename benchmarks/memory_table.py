@@ -8,13 +8,25 @@ run log (summary.allocated_peak_bytes: the largest peak of any rank, counted by
 the counting CPU allocator). Prints one row per case and exits 1 when a case is
 off by more than --tolerance (10%).
 
-usage: python3 benchmarks/memory_table.py [--build build] [--shapes tiny,small,100m]
+usage: python3 benchmarks/memory_table.py [--build build]
+         [--shapes tiny,tiny_gpt2,tiny_llama3,tiny_qwen3,small,100m]
          [--strategies ddp,zero1,fsdp] [--ranks 1,2,3] [--dtypes float32,bfloat16]
          [--param_dtypes float32] [--checkpointing none] [--quick]
+       python3 benchmarks/memory_table.py --repredict docs/memory.md [--build build]
 --param_dtypes / --checkpointing pass param_dtype= / activation_checkpointing=
 to both the prediction and the run; param_dtype=bfloat16 runs only with
 dtype=bfloat16, so `--dtypes float32,bfloat16 --param_dtypes float32,bfloat16`
-gives the three precisions: fp32, bf16 autocast, bf16 parameters.
+gives the three precisions: fp32, bf16 autocast, bf16 parameters. The variant
+column writes param_dtype float32 / bfloat16 as p32 / p16, then the
+checkpointing mode.
+
+--repredict FILE reads the rows of a table this script printed (a markdown
+file such as docs/memory.md: every line that starts with `| SHAPE |` for a
+shape below) and predicts each case again with the current build, beside the
+stored measurement, without running it: the measured bytes do not depend on
+the model, so a model change is checked against every stored case in seconds.
+The stored MiB are rounded to 0.1, which moves the error of an 8 MiB case by
+up to 0.6%. The last column is then the stored case's wall time.
 """
 import argparse
 import glob
@@ -31,6 +43,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The shapes: a preset and the keys that make it small enough for 2 CPU cores.
 SHAPES = {
     "tiny": ("tiny_llama.cfg", ["--batch_size=8", "--block_size=128"]),
+    "tiny_gpt2": ("tiny_gpt2.cfg", ["--batch_size=8", "--block_size=128"]),
+    "tiny_llama3": ("tiny_llama3.cfg", ["--batch_size=8", "--block_size=128"]),
+    "tiny_qwen3": ("tiny_qwen3.cfg", ["--batch_size=8", "--block_size=128"]),
     "small": ("bench_llama_small.cfg", ["--batch_size=2", "--block_size=128"]),
     # ~106M parameters: 8 x 7.1M in blocks + 2 x 24.6M (32,000 x 768 embedding, untied head).
     "100m": ("bench_llama_small.cfg", ["--n_layer=8", "--n_embd=768", "--n_head=12", "--n_kv_head=12", "--head_dim=64",
@@ -38,6 +53,62 @@ SHAPES = {
                                        "--block_size=64"]),
 }
 STRATEGY_KEYS = {"ddp": [], "zero1": ["--use_zero1=True"], "fsdp": ["--use_fsdp=True"]}
+PARAM_DTYPE_LABELS = {"float32": "p32", "bfloat16": "p16"}
+HEADER = ("| shape | params | strategy | ranks | dtype | param_dtype, checkpointing | predicted MiB "
+          "| measured MiB (max rank) | error | s |\n|---|---:|---|---:|---|---|---:|---:|---:|---:|")
+
+
+def variant_label(variant):
+    """['--param_dtype=bfloat16', '--activation_checkpointing=full'] -> 'p16 full'."""
+    words = []
+    for v in variant:
+        key, value = v.lstrip("-").split("=", 1)
+        words.append(PARAM_DTYPE_LABELS[value] if key == "param_dtype" else value)
+    return " ".join(words) or "-"
+
+
+def variant_keys(label):
+    """The inverse of variant_label (also reads the key=value form of older tables)."""
+    keys = []
+    for word in label.split():
+        if word == "-":
+            continue
+        if "=" in word:
+            keys.append("--" + word)
+        elif word in ("p32", "p16"):
+            keys.append("--param_dtype=" + ("float32" if word == "p32" else "bfloat16"))
+        else:
+            keys.append("--activation_checkpointing=" + word)
+    return keys
+
+
+def row(shape, d, strategy, world, dtype, label, pred, meas, seconds, tolerance):
+    err = (pred - meas) / meas
+    flag = "" if abs(err) <= tolerance else " **over**"
+    print(f"| {shape} | {d['parameters']['total'] / 1e6:.1f}M | {strategy} | {world} | {dtype} | {label} "
+          f"| {pred / 2**20:.1f} | {meas / 2**20:.1f} | {err:+.1%}{flag} | {seconds} |", flush=True)
+    return err
+
+
+def repredict(bin_dir, path, tolerance):
+    """Predicts every stored case of `path` again; returns the exit status."""
+    print(HEADER)
+    worst, n, over = 0.0, 0, 0
+    with open(path) as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 10 or cells[0] not in SHAPES or not line.startswith("|"):
+            continue
+        shape, _, strategy, world, dtype, label, _, meas_mib, _, seconds = cells
+        preset, shape_keys = SHAPES[shape]
+        keys = [*shape_keys, *STRATEGY_KEYS[strategy], f"--dtype={dtype}", *variant_keys(label)]
+        d = predicted(bin_dir, os.path.join(ROOT, "inputs", preset), keys, int(world))
+        err = row(shape, d, strategy, world, dtype, label, d["memory"]["peak_bytes_per_rank"],
+                  float(meas_mib) * 2**20, seconds, tolerance)
+        worst, n, over = max(worst, abs(err)), n + 1, over + (abs(err) > tolerance)
+    print(f"\n{n} stored cases re-predicted, {n - over} within {tolerance:.0%}, largest error {worst:.1%}")
+    return 0 if n and worst <= tolerance else 1
 
 
 def run(cmd, **kw):
@@ -80,7 +151,8 @@ def measured(bin_dir, mpiexec, cfg, keys, world, data, out_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--shapes", default="tiny,small,100m")
+    ap.add_argument("--shapes", default="tiny,tiny_gpt2,tiny_llama3,tiny_qwen3,small,100m",
+                    help="tiny is tiny_llama")
     ap.add_argument("--strategies", default="ddp,zero1,fsdp")
     ap.add_argument("--ranks", default="1,2,3")
     ap.add_argument("--dtypes", default="float32,bfloat16")
@@ -90,8 +162,12 @@ def main():
     ap.add_argument("--tolerance", type=float, default=0.10)
     ap.add_argument("--data", help="an llmtrain-prepare directory to reuse (default: byte-level SOTU, made here)")
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
+    ap.add_argument("--repredict", metavar="FILE",
+                    help="predict the stored cases of FILE's tables again, beside their measurements; runs nothing")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build, "bin")
+    if a.repredict:
+        return repredict(bin_dir, a.repredict, a.tolerance)
     os.environ.update(OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                       OMPI_MCA_rmaps_base_oversubscribe="1", LLMTRAIN_PROGRESS="off")
     work = tempfile.mkdtemp(prefix="memory_table_")
@@ -102,9 +178,7 @@ def main():
             variants = [v + [f"--param_dtype={p}"] for v in variants for p in a.param_dtypes.split(",")]
         if a.checkpointing:
             variants = [v + [f"--activation_checkpointing={c}"] for v in variants for c in a.checkpointing.split(",")]
-        print("| shape | params | strategy | ranks | dtype | variant | predicted MiB | measured MiB (max rank) "
-              "| error | s |")
-        print("|---|---:|---|---:|---|---|---:|---:|---:|---:|")
+        print(HEADER)
         worst, n = 0.0, 0
         for shape in a.shapes.split(","):
             preset, shape_keys = SHAPES[shape]
@@ -124,12 +198,9 @@ def main():
                             pred = d["memory"]["peak_bytes_per_rank"]
                             meas, _ = measured(bin_dir, a.mpiexec, cfg, keys, world, data,
                                                os.path.join(work, "out"))
-                            err = (pred - meas) / meas
+                            err = row(shape, d, strategy, world, dtype, variant_label(variant), pred, meas,
+                                      f"{time.time() - t0:.0f}", a.tolerance)
                             worst, n = max(worst, abs(err)), n + 1
-                            flag = "" if abs(err) <= a.tolerance else " **over**"
-                            print(f"| {shape} | {d['parameters']['total'] / 1e6:.1f}M | {strategy} | {world} | {dtype} "
-                                  f"| {' '.join(v.lstrip('-') for v in variant) or '-'} | {pred / 2**20:.1f} "
-                                  f"| {meas / 2**20:.1f} | {err:+.1%}{flag} | {time.time() - t0:.0f} |", flush=True)
         print(f"\n{n} cases, largest error {worst:.1%} (tolerance {a.tolerance:.0%})")
         return 0 if worst <= a.tolerance else 1
     finally:

@@ -10,29 +10,57 @@ namespace llmtrain {
 
 double dtype_bytes(ComputeDtype dtype) { return dtype == ComputeDtype::float32 ? 4.0 : 2.0; }
 
+namespace {
+
+// Bytes per token a norm over C saves with the matmul that reads its output
+// (e: the compute dtype, r: the residual stream's). RMSNorm computes in fp32:
+// its fp32 input (the residual stream itself, or its fp32 copy when the
+// stream is 16-bit: the stream is then saved by nothing), the fp32 reciprocal
+// RMS of the row, the normalized rows (rounded to r before the weight) and
+// its output as the next matmul saves it (autocast's 16-bit copy under
+// autocast). LayerNorm saves its input with a mean and a reciprocal deviation
+// per row, all in r (CPU autocast does not lift it to fp32), and the matmul
+// its output.
+double norm_bytes_per_token(const ModelConfig& m, double e, double r) {
+  const double C = static_cast<double>(m.n_embd);
+  if (m.norm == NormKind::rmsnorm) return 4 * C + 4 + r * C + e * C;
+  return r * C + 2 * r + e * C;
+}
+
+}  // namespace
+
 double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
-                                  AttentionBackend attention) {
-  const double e = dtype_bytes(dtype);
+                                  AttentionBackend attention, double residual_bytes) {
+  // What autograd saves in model/layers.cpp, tensor by tensor. e: the compute
+  // dtype (what the matmuls read); r: the residual stream's, the parameters'
+  // dtype (fp32 under autocast over fp32 parameters).
+  const double e = dtype_bytes(dtype), r = residual_bytes;
   const double C = m.n_embd, H = m.n_head, K = m.n_kv_head, D = m.head_dim, F = m.ffn_hidden;
   const double T = m.block_size, tokens = static_cast<double>(batch_size) * T;
-  // Elements saved for backward per token: two norms (input and normalized
-  // output each), q|k|v, q and k after RoPE / QK-norm, the attention output,
-  // the MLP intermediates (swiglu: gate|up, silu(gate), product; gelu: pre- and
-  // post-activation).
-  double per_token = (H + 2 * K) * D + (H + K) * D + H * D;
-  if (m.qk_norm) per_token += (H + K) * D;
-  per_token += m.ffn == FfnKind::swiglu ? 4 * F : 2 * F;
-  double bytes = tokens * per_token * e;
-  // The norms run on the fp32 residual stream: input and output in fp32 under
-  // autocast too, plus the 16-bit copy of each output the next matmul saves.
-  bytes += tokens * (e < 4.0 ? 4 * C * 4.0 + 2 * C * e : 4 * C * e);
-  // The manual backend stores the (T, T) softmax probabilities of every head
-  // (and its dropout mask); fused kernels keep only a log-sum-exp per row.
-  if (attention == AttentionBackend::manual)
-    bytes += tokens * H * T * e * (m.dropout > 0 ? 2.0 : 1.0);
-  else
-    bytes += tokens * H * 4.0;
-  return bytes;
+  // ln_1 and ln_2, each with the matmul that reads it.
+  double per_token = 2 * norm_bytes_per_token(m, e, r);
+  // QK-norm (RMSNorm over D of q and k, before RoPE): in fp32 it reads q and k
+  // as views of c_attn's output and keeps that whole (B, T, (H+2K)D) tensor
+  // alive; below fp32 it keeps its fp32 copies of q and k. Plus an fp32
+  // reciprocal RMS per head and the normalized q and k in the compute dtype.
+  if (m.qk_norm)
+    per_token += (e < 4.0 ? (H + K) * D * 4.0 : (H + 2 * K) * D * 4.0) + (H + K) * 4.0 + (H + K) * D * e;
+  // RoPE saves only its (T, D/2) tables; its outputs are copied into the
+  // (B, h, T, D) layout the kernel reads, and those copies are what it saves.
+  if (attention == AttentionBackend::manual) {
+    // The scaled q, k and v the two matmuls read, the (T, T) softmax
+    // probabilities of every head (and their dropout mask), and the copy of
+    // the output c_proj reads.
+    per_token += (H + 2 * K) * D * e + H * T * e * (m.dropout > 0 ? 2.0 : 1.0) + H * D * e;
+  } else {
+    // q, k, v, the output and one fp32 log-sum-exp per row and head, and the
+    // (B, T, H*D) copy of the output c_proj reads.
+    per_token += (H + 2 * K) * D * e + 2 * H * D * e + H * 4.0;
+  }
+  // MLP: SwiGLU keeps c_fc's (B, T, 2F) output (silu reads the gate as a view
+  // of it), silu(gate) and the product c_proj reads; GELU its input and output.
+  per_token += (m.ffn == FfnKind::swiglu ? 4 * F : 2 * F) * e;
+  return tokens * per_token;
 }
 
 double activation_bytes_block_input(const ModelConfig& m, int64_t batch_size, double residual_bytes) {
@@ -40,27 +68,30 @@ double activation_bytes_block_input(const ModelConfig& m, int64_t batch_size, do
          residual_bytes;
 }
 
-double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size) {
+double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
+                                       double residual_bytes) {
   const double e = dtype_bytes(dtype);
   const double tokens = static_cast<double>(batch_size) * static_cast<double>(m.block_size);
-  // Embedding output and the final norm's input and output (fp32 residual
-  // stream; under autocast also the head's 16-bit copy), logits in the compute
-  // dtype plus their fp32 log-softmax for the loss.
-  const double C = static_cast<double>(m.n_embd), V = static_cast<double>(m.padded_vocab);
+  const double V = static_cast<double>(m.padded_vocab);
+  // The embedding's output is block 0's input (counted there, or as a
+  // recomputed block's input). The final norm with the head that reads it;
+  // the logits in the compute dtype, the loss's fp32 copy of 16-bit logits,
+  // and the fp32 log-softmax it saves: all three exist at once in the loss.
+  double bytes = tokens * norm_bytes_per_token(m, e, residual_bytes) + tokens * V * (e + 4.0 + (e < 4.0 ? 4.0 : 0.0));
   // document_masking: one block-diagonal mask for all blocks, (B, 1, T, T) as
   // bool and as SDPA's additive mask in the compute dtype (CUDA's varlen flash
   // path builds neither: an upper bound there).
-  const double masks = m.document_masking ? tokens * static_cast<double>(m.block_size) * (1.0 + e) : 0.0;
-  if (e < 4.0) return tokens * (3 * C * 4.0 + C * e) + tokens * V * (e + 4.0) + masks;
-  return tokens * 3 * C * e + tokens * V * (e + 4.0) + masks;
+  if (m.document_masking) bytes += tokens * static_cast<double>(m.block_size) * (1.0 + e);
+  return bytes;
 }
 
 double activation_bytes_forward(const ModelConfig& m, int64_t recomputed, ComputeDtype dtype, int64_t batch_size,
                                 AttentionBackend attention, double residual_bytes) {
   const double r = static_cast<double>(std::clamp<int64_t>(recomputed, 0, m.n_layer));
-  return (static_cast<double>(m.n_layer) - r) * activation_bytes_per_block(m, dtype, batch_size, attention) +
+  return (static_cast<double>(m.n_layer) - r) *
+             activation_bytes_per_block(m, dtype, batch_size, attention, residual_bytes) +
          r * activation_bytes_block_input(m, batch_size, residual_bytes) +
-         activation_bytes_outside_blocks(m, dtype, batch_size);
+         activation_bytes_outside_blocks(m, dtype, batch_size, residual_bytes);
 }
 
 RecomputePeak activation_bytes_recompute(const ModelConfig& m, int64_t recomputed, ComputeDtype dtype,
@@ -75,14 +106,16 @@ RecomputePeak activation_bytes_recompute(const ModelConfig& m, int64_t recompute
   RecomputePeak p;
   p.block = k * R - 1;
   p.kept_below = p.block - (R - 1);
-  const double block = activation_bytes_per_block(m, dtype, batch_size, attention);
+  const double block = activation_bytes_per_block(m, dtype, batch_size, attention, residual_bytes);
   const double input = activation_bytes_block_input(m, batch_size, residual_bytes);
-  // The widest point of a block's backward on top of its saved tensors: two
-  // (B, T, F) gradients of the MLP in the compute dtype, and the gradient of
-  // the residual stream coming in.
+  // The widest point of a block's backward on top of its saved tensors: the
+  // gradient of c_fc's output in the compute dtype ((B, T, 2F) for SwiGLU's
+  // gate | up, (B, T, F) for GELU), and the gradient of the residual stream
+  // coming in.
   const double tokens = static_cast<double>(batch_size) * static_cast<double>(m.block_size);
-  const double backward = tokens * (2.0 * static_cast<double>(m.ffn_hidden) * dtype_bytes(dtype) +
-                                    static_cast<double>(m.n_embd) * residual_bytes);
+  const double fc_out = static_cast<double>(m.ffn == FfnKind::swiglu ? 2 * m.ffn_hidden : m.ffn_hidden);
+  const double backward =
+      tokens * (fc_out * dtype_bytes(dtype) + static_cast<double>(m.n_embd) * residual_bytes);
   p.bytes = static_cast<double>(p.kept_below) * block + static_cast<double>(R) * input + block + backward;
   return p;
 }

@@ -14,6 +14,7 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/transformer.hpp"
+#include "llmtrain/train/device_memory.hpp"
 #include "llmtrain/train/precision.hpp"
 #include "model/layers.hpp"
 
@@ -560,6 +561,76 @@ LossGrads documents_alone(ModelConfig cfg, const torch::Tensor& x, const torch::
 }
 
 }  // namespace
+
+// One block's forward, run under the counting CPU allocator, keeps what
+// activation_bytes_per_block counts (within 2%), for the LLaMA (GQA), GPT-2
+// (LayerNorm, GELU, biases) and Qwen3 (QK-norm) layouts in fp32, bf16
+// autocast over fp32 parameters and bf16 parameters. Kept: the bytes alive
+// after the forward beyond what was alive before it, less the block's output
+// (the next block's input) and, under autocast over fp32 parameters,
+// autocast's 16-bit copies of the matmul weights (which the memory model
+// counts apart: 2 bytes per matmul parameter). The input is made inside the
+// window and dropped after the forward, so it counts where the block saves it
+// (the fp32 residual stream) and not where it does not (a bf16 stream, which
+// RMSNorm copies to fp32), as in the model's chain of blocks.
+TEST(ActivationBytes, PerBlockMatchesTheCountingAllocator) {
+  using llmtrain::AttentionBackend;
+  using llmtrain::ComputeDtype;
+  namespace md = llmtrain::model_detail;
+  llmtrain::count_cpu_allocations();
+  const torch::Device cpu(torch::kCPU);
+  struct Precision {
+    const char* name;
+    ComputeDtype dtype;
+    torch::ScalarType params;
+  };
+  const Precision precisions[] = {{"fp32", ComputeDtype::float32, torch::kFloat},
+                                  {"bf16 autocast, fp32 parameters", ComputeDtype::bfloat16, torch::kFloat},
+                                  {"bf16 parameters", ComputeDtype::bfloat16, torch::kBFloat16}};
+  const int64_t B = 4;
+  for (auto cfg : {tiny_llama(), tiny_gpt2(), tiny_qwen3()}) {
+    cfg.attention_backend = AttentionBackend::sdpa;
+    cfg.block_size = 64;
+    const int64_t T = cfg.block_size;
+    for (const auto& prec : precisions) {
+      SCOPED_TRACE(fmt::format("{} {}", cfg.arch_string(), prec.name));
+      const auto compute = llmtrain::compute_dtype(prec.dtype, cpu);
+      auto plan = std::make_shared<md::AttentionPlan>(md::plan_attention(
+          AttentionBackend::sdpa, cpu, compute, cfg.n_head, cfg.n_kv_head, cfg.head_dim, T, cfg.dropout));
+      md::Block block(cfg, plan);
+      block->to(prec.params);
+      block->train();
+      torch::Tensor cos, sin;
+      if (cfg.pos_encoding == llmtrain::PosEncoding::rope)
+        std::tie(cos, sin) = md::rope_tables(T, cfg.head_dim, cfg.rope_theta);
+      double matmul_params = 0;
+      for (const auto& p : block->parameters())
+        if (p.dim() == 2) matmul_params += static_cast<double>(p.numel());
+      // x = x0 * w needs a gradient, as a block's input has, without being a
+      // leaf (a leaf stays alive through its AccumulateGrad node).
+      auto x0 = torch::randn({B, T, cfg.n_embd});
+      auto w = torch::ones({}, torch::requires_grad());
+      const int64_t before = llmtrain::allocated_bytes(cpu)->current;
+      torch::Tensor out;
+      {
+        auto x = (x0 * w).to(prec.params);
+        std::optional<llmtrain::AutocastGuard> autocast;
+        if (prec.dtype != ComputeDtype::float32) autocast.emplace(cpu, compute);
+        out = block->forward(x, cos, sin, torch::Tensor(), nullptr);
+      }
+      ASSERT_TRUE(out.requires_grad());
+      const double kept = static_cast<double>(llmtrain::allocated_bytes(cpu)->current - before) -
+                          static_cast<double>(out.nbytes());
+      const bool weight_copies = prec.dtype != ComputeDtype::float32 && prec.params == torch::kFloat;
+      const double copies = weight_copies ? 2.0 * matmul_params : 0.0;
+      const double counted = llmtrain::activation_bytes_per_block(cfg, prec.dtype, B, AttentionBackend::sdpa,
+                                                                  prec.params == torch::kFloat ? 4.0 : 2.0);
+      EXPECT_NEAR(kept - copies, counted, 0.02 * counted)
+          << fmt::format("measured {:.0f} bytes, counted {:.0f} ({:+.2f}%)", kept - copies, counted,
+                         100.0 * (counted - (kept - copies)) / (kept - copies));
+    }
+  }
+}
 
 TEST(DocumentMasking, PositionsRestartAfterEachEos) {
   const auto x = packed_rows(100);

@@ -13,18 +13,24 @@ namespace llmtrain {
 double dtype_bytes(ComputeDtype dtype);
 
 // Tensors one transformer block saves for backward for `batch_size` sequences
-// of block_size tokens. `attention` is the requested backend (the GPU build
+// of block_size tokens, as model/layers.cpp's operations save them (its input
+// where saved; not the 16-bit weight copies of autocast, which the memory
+// model counts apart). `attention` is the requested backend (the GPU build
 // being planned for): manual stores the (T, T) attention probabilities, the
-// fused kernels (sdpa, flash) do not.
+// fused kernels (sdpa, flash) do not. `residual_bytes`: the residual stream's
+// element size, the parameters' (4 under autocast over fp32 parameters, 2 with
+// param_dtype=bfloat16). Checked against the counting allocator for each
+// family and precision (tests/model/test_transformer.cpp, ActivationBytes.*).
 double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
-                                  AttentionBackend attention);
+                                  AttentionBackend attention, double residual_bytes = 4.0);
 // What a block whose forward is recomputed during backward keeps instead: its
 // input, the residual stream: in the parameters' dtype (`residual_bytes`: fp32
 // under autocast too, since the embedding and the residual additions are not
 // autocast; 2 with param_dtype=bfloat16).
 double activation_bytes_block_input(const ModelConfig& m, int64_t batch_size, double residual_bytes = 4.0);
-// Outside the blocks: embedding output, final norm, logits and the loss.
-double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size);
+// Outside the blocks: the final norm, the logits and the loss.
+double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype, int64_t batch_size,
+                                       double residual_bytes = 4.0);
 
 // With activation checkpointing a step has two peaks of saved tensors. At the
 // end of the forward every block holds what it keeps (its activations, or its
