@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <functional>
 
+#include <ATen/core/Generator.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/format.h>
 #include <mpi.h>
 #include <nlohmann/json.hpp>
@@ -253,10 +255,38 @@ double measure_snapshot_copy_gbps(const torch::Device& dev) {
   return static_cast<double>(n) * sizeof(float) / s / 1e9;
 }
 
+// The calibration draws random tensors; a run that calibrates before its first
+// step (device_profile=calibrate) gets its random streams back as they were
+// (dropout, and a resumed run's restored state).
+class KeepRandomState {
+ public:
+  explicit KeepRandomState(const torch::Device& dev) {
+    keep(at::detail::getDefaultCPUGenerator());
+    if (dev.is_cuda()) keep(at::detail::getCUDAHooks().getDefaultGenerator(dev.index()));
+  }
+  ~KeepRandomState() {
+    for (auto& [gen, state] : kept_) {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    }
+  }
+  KeepRandomState(const KeepRandomState&) = delete;
+  KeepRandomState& operator=(const KeepRandomState&) = delete;
+
+ private:
+  void keep(at::Generator gen) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    auto state = gen.get_state();
+    kept_.emplace_back(std::move(gen), std::move(state));
+  }
+  std::vector<std::pair<at::Generator, at::Tensor>> kept_;
+};
+
 }  // namespace
 
 std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile* measured) {
   const torch::Device dev = rt.setup_device(c.device, c.num_threads);
+  const KeepRandomState keep_random(dev);
   const DataInfo data = read_data_info(c.data_dir);
   const ModelConfig m = ModelConfig::from_config(c, data.vocab_size);
   const DeviceProfile* base = builtin_profile_for_device(rt.device_name());
