@@ -1,9 +1,10 @@
 """Predicted against measured step time on this machine (docs/performance-model.md).
 
-For each preset and rank count, `llmtrain --calibrate` measures the device
-profile in the same job (the ranks it was started with); then every strategy
-and dtype trains for a few iterations with device_profile= that file, and the
-run log's summary gives the measured mean step (warm-up left out) beside
+Every preset, rank count, strategy and dtype trains for a few iterations with
+device_profile=calibrate: the run measures its own device profile just before
+its first step (the machine as that run finds it; the per-operator cost fitted
+from one forward + backward of its own model in its own dtype), and the run
+log's summary gives the measured mean step (warm-up left out) beside
 summary.predicted_step_time_s. Prints one table row per run.
 """
 import argparse
@@ -79,17 +80,13 @@ def main():
         data = tiny_data(a, work, log) if preset.startswith("tiny") else gpt2_data(a, work, log)
         cfg = os.path.join(ROOT, "inputs", preset + ".cfg")
         for ranks in map(int, a.ranks.split(",")):
-            cal = os.path.join(work, f"cal_{preset}_{ranks}")
-            run([a.mpiexec, "-n", str(ranks), exe, cfg, f"--data_dir={data}", f"--out_dir={cal}", "--device=cpu",
-                 "--calibrate"], log)
-            profile = os.path.join(cal, "device_profile.json")
             for strategy in a.strategies.split(","):
                 for dtype in a.dtypes.split(","):
                     out = os.path.join(work, f"run_{preset}_{ranks}_{strategy}_{dtype}")
                     subprocess.run(["rm", "-rf", out])
                     run([a.mpiexec, "-n", str(ranks), exe, cfg, f"--data_dir={data}", f"--out_dir={out}",
                          "--device=cpu", f"--dtype={dtype}", f"--max_iters={a.iters}", f"--eval_interval={a.iters}",
-                         "--eval_iters=1", "--log_interval=1000", f"--device_profile={profile}", *flags[strategy]],
+                         "--eval_iters=1", "--log_interval=1000", "--device_profile=calibrate", *flags[strategy]],
                         log)
                     s = json.load(open(sorted(glob.glob(os.path.join(out, "run_*.json")))[-1]))["summary"]
                     meas, pred = s["mean_dt_ms"], s["predicted_step_time_s"] * 1e3

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # prediction_table.sh [options of prediction_table.py]
-# Predicted against measured step time on this machine: calibrate, train, compare
+# Predicted against measured step time on this machine: each run calibrates itself
+# (device_profile=calibrate), trains, compares
 # (docs/performance-model.md). Example:
 #   benchmarks/prediction_table.sh --build build --iters 30
 set -euo pipefail

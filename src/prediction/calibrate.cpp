@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <functional>
 
+#include <ATen/core/Generator.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/format.h>
 #include <mpi.h>
 #include <nlohmann/json.hpp>
@@ -19,7 +21,9 @@
 #include "llmtrain/data/loader.hpp"
 #include "llmtrain/distributed/collectives.hpp"
 #include "llmtrain/distributed/runtime.hpp"
+#include "llmtrain/model/transformer.hpp"
 #include "llmtrain/prediction/cost_model.hpp"
+#include "llmtrain/train/precision.hpp"  // defines: AutocastGuard, compute_dtype
 
 namespace llmtrain {
 namespace {
@@ -133,6 +137,47 @@ double measure_launch_us(const torch::Device& dev, int64_t numel, double memory_
   return std::max(tiny, sized) * 1e6;
 }
 
+// The per-operator cost fitted from the model itself: one forward + backward
+// of a fresh copy of the model (the run's config and dtype, random tokens, the
+// run's micro-batch) is timed, and launch_us is what makes the cost model's
+// forward + backward of that micro-batch equal it, given every other rate of
+// the profile. The chain measurement stays its floor: the fit can only add
+// what the chain of multiplies did not see (the model's own operators, their
+// allocations and autograd nodes, the thread pool at the model's sizes).
+double fit_launch_us(const Config& c, const ModelConfig& m, const torch::Device& dev, const DeviceProfile& p,
+                     double floor_us, double* measured_ms) {
+  torch::manual_seed(c.seed);
+  Transformer probe(m);
+  probe->to(dev);
+  const auto dtype = compute_dtype(c.dtype, dev);
+  probe->plan_attention(dev, dtype);
+  const auto tokens = torch::TensorOptions().device(dev).dtype(torch::kLong);
+  const auto x = torch::randint(0, m.vocab_size, {c.batch_size, m.block_size}, tokens);
+  const auto y = torch::randint(0, m.vocab_size, {c.batch_size, m.block_size}, tokens);
+  const double s = time_call(
+      [&] {
+        torch::Tensor loss;
+        {
+          AutocastGuard autocast(dev, dtype);
+          loss = probe->loss(x, y);
+        }
+        loss.backward();
+        for (auto& t : probe->parameters()) t.mutable_grad() = torch::Tensor();  // as zero_grad(set_to_none)
+      },
+      1, dev);
+  if (measured_ms) *measured_ms = s * 1e3;
+  // The prediction of one micro-batch is linear in launch_us: fb(l) = fb0 + l * per_us.
+  RunShape r = RunShape::from_config(c, m);
+  r.grad_accum = 1;
+  DeviceProfile q = p;
+  q.launch_us = 0.0;
+  const double fb0 = predict_step(r, {1, 1}, q).forward_backward_s();
+  q.launch_us = 1.0;
+  const double per_us = predict_step(r, {1, 1}, q).forward_backward_s() - fb0;
+  if (per_us <= 0) return floor_us;
+  return std::max(floor_us, (s - fb0) / per_us);
+}
+
 struct CommFigures {
   double busbw_gbps = 0, latency_us = 0, overlap = 1.0;
 };
@@ -210,10 +255,38 @@ double measure_snapshot_copy_gbps(const torch::Device& dev) {
   return static_cast<double>(n) * sizeof(float) / s / 1e9;
 }
 
+// The calibration draws random tensors; a run that calibrates before its first
+// step (device_profile=calibrate) gets its random streams back as they were
+// (dropout, and a resumed run's restored state).
+class KeepRandomState {
+ public:
+  explicit KeepRandomState(const torch::Device& dev) {
+    keep(at::detail::getDefaultCPUGenerator());
+    if (dev.is_cuda()) keep(at::detail::getCUDAHooks().getDefaultGenerator(dev.index()));
+  }
+  ~KeepRandomState() {
+    for (auto& [gen, state] : kept_) {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    }
+  }
+  KeepRandomState(const KeepRandomState&) = delete;
+  KeepRandomState& operator=(const KeepRandomState&) = delete;
+
+ private:
+  void keep(at::Generator gen) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    auto state = gen.get_state();
+    kept_.emplace_back(std::move(gen), std::move(state));
+  }
+  std::vector<std::pair<at::Generator, at::Tensor>> kept_;
+};
+
 }  // namespace
 
 std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile* measured) {
   const torch::Device dev = rt.setup_device(c.device, c.num_threads);
+  const KeepRandomState keep_random(dev);
   const DataInfo data = read_data_info(c.data_dir);
   const ModelConfig m = ModelConfig::from_config(c, data.vocab_size);
   const DeviceProfile* base = builtin_profile_for_device(rt.device_name());
@@ -228,12 +301,23 @@ std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile
   p.attention_tflops_fp32 = measure_attention(m, c.batch_size, false, dev);
   p.attention_tflops_16bit = measure_attention(m, c.batch_size, true, dev);
   p.memory_gbps = measure_memory(c.batch_size * m.block_size * std::max(m.n_embd, m.ffn_hidden), dev);
-  p.launch_us = measure_launch_us(dev, c.batch_size * m.block_size * m.n_embd, p.memory_gbps);
+  const double chain_us = measure_launch_us(dev, c.batch_size * m.block_size * m.n_embd, p.memory_gbps);
+  double model_ms = 0;
+  p.launch_us = fit_launch_us(c, m, dev, p, chain_us, &model_ms);
+  log::info("per-operator cost: {:.1f} us (a chain of multiplies: {:.1f} us; one forward + backward of the model "
+            "in {}: {:.1f} ms)",
+            p.launch_us, chain_us, to_string(c.dtype), model_ms);
   if (rt.world_size() > 1) {
     auto comm = make_collectives(rt, dev);
     const double bucket = std::min(c.ddp_bucket_mb * 1024.0 * 1024.0, 4.0 * m.num_params());
     const CommFigures f = measure_collectives(*comm, bucket, dev, std::min<int64_t>(m.n_embd, 512));
-    (rt.num_nodes() > 1 ? p.inter_node_busbw_gbps : p.intra_node_busbw_gbps) = f.busbw_gbps;
+    // Between nodes the ring leaves each node through all its links at once;
+    // the profile keeps each rank's share, which the cost model multiplies
+    // back by the ranks per node of the run it predicts.
+    if (rt.num_nodes() > 1)
+      p.inter_node_busbw_gbps = f.busbw_gbps / static_cast<double>(std::max(1, rt.local_size()));
+    else
+      p.intra_node_busbw_gbps = f.busbw_gbps;
     p.collective_latency_us = f.latency_us;
     p.comm_overlap = f.overlap;
   }

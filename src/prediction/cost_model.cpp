@@ -51,6 +51,29 @@ constexpr double kAdamBytes = 28.0 + 4.0 + 4.0, kAverageBytes = 8.0;
 bool is16(ComputeDtype d) { return d != ComputeDtype::float32; }
 double act_bytes(ComputeDtype d) { return is16(d) ? 2.0 : 4.0; }
 
+// The loss's memory traffic, bytes per logit (B*T*V of them), as
+// TransformerImpl::loss dispatches it; the LM head's GEMMs are counted as GEMMs.
+struct LossTraffic {
+  double forward = 0, backward = 0;
+};
+LossTraffic loss_traffic(const ModelConfig& m, ComputeDtype dtype) {
+  const bool sixteen = is16(dtype);
+  const double a = act_bytes(dtype), cast = sixteen ? a + 4.0 : 0.0;  // 16-bit logits <-> fp32: read a, write 4
+  if (!m.fused_loss) {
+    // Plain path: logits.to(float) (16-bit), cross_entropy = log_softmax (read
+    // 4, write 4) + nll_loss (reads one logit per row). Backward: nll_loss's
+    // gradient is a zeroed fp32 (B*T, V) (write 4) with one entry per row set,
+    // log_softmax's backward reads it and the saved output and writes the
+    // logits' gradient (12), cast back to the compute dtype (16-bit).
+    return {cast + 8.0, 4.0 + 12.0 + cast};
+  }
+  // Fused (model/fused_loss.cpp): every chunk's logits made fp32 (16-bit: the
+  // cast), log_softmax in place (8), exp_ in place (8); below fp32 the gradient
+  // is scaled in place (8) and cast to the compute dtype; the gradient GEMMs
+  // run there too. Backward only scales the kept gradients (not per logit).
+  return {cast + 16.0 + (sixteen ? 8.0 + cast : 0.0), 0.0};
+}
+
 // One GEMM (M x N x K) on the profile: the calibrated rate at this shape when
 // there is one, else the profile's large-GEMM rate; never faster than reading
 // its operands and writing its result.
@@ -63,8 +86,15 @@ double gemm_seconds(const DeviceProfile& p, int64_t m, int64_t n, int64_t k, boo
   return std::max(flops / (rate * 1e12), bytes / (p.memory_gbps * 1e9)) + p.launch_us * 1e-6;
 }
 
+// Between nodes a ring's traffic leaves each node through all its NICs at once
+// (NCCL runs one ring per NIC), so the bus bandwidth is the node's ranks times
+// each rank's share of the network (`inter_node_busbw_gbps`: one GPU's NIC on
+// the built-in profiles, what --calibrate measured divided by the ranks per
+// node), never above the links inside the node (docs/performance-model.md).
 double bus_gbps(const DeviceProfile& p, const WorldLayout& w) {
-  return w.world_size > w.ranks_per_node ? p.inter_node_busbw_gbps : p.intra_node_busbw_gbps;
+  if (w.world_size <= w.ranks_per_node) return p.intra_node_busbw_gbps;
+  const double node = static_cast<double>(std::min(w.ranks_per_node, w.world_size)) * p.inter_node_busbw_gbps;
+  return p.intra_node_busbw_gbps > 0 ? std::min(node, p.intra_node_busbw_gbps) : node;
 }
 // nccl-tests' bus-bandwidth convention: an allreduce moves 2(W-1)/W of the
 // buffer over each rank's link, a reduce-scatter or all-gather (W-1)/W of the whole.
@@ -155,11 +185,11 @@ ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
   blk += 2 * a * s.M * s.Hq;                             // attention output back to (B, T, H*Q)
   blk += (m.ffn == FfnKind::swiglu ? 5.0 : 2.0) * a * s.M * s.F;  // silu(g) * u, or gelu
   if (sixteen) blk += 2 * (st + a) * s.M * s.C;          // autocast: norm outputs cast for the matmuls
-  double elem_fwd = s.L * blk;
-  // Head: cross-entropy reads the logits and writes fp32 log-probabilities; its
-  // backward reads them and writes the logits' gradient. Embedding gather.
-  elem_fwd += (a + 4.0) * s.M * s.V + st * s.M * s.C;
-  double elem_bwd = kBackwardTrafficFactor * elem_fwd + 2.0 * 4.0 * s.M * s.V;
+  // The blocks and the embedding gather; backward moves about twice as much.
+  const double body = s.L * blk + st * s.M * s.C;
+  const LossTraffic loss = loss_traffic(m, r.dtype);
+  double elem_fwd = body + loss.forward * s.M * s.V;
+  double elem_bwd = kBackwardTrafficFactor * body + loss.backward * s.M * s.V;
   // Weights: autocast casts each fp32 weight once per forward (read 4, write 2)
   // and the weight gradient back (backward); the gradient lands in the bucket
   // (read + write fp32).

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "llmtrain/core/config.hpp"
+#include "llmtrain/core/error.hpp"
 
 namespace llmtrain {
 namespace {
@@ -54,7 +55,15 @@ double median(std::vector<double> v) {
 }  // namespace
 
 std::optional<DeviceProfile> run_device_profile(const Config& c, const std::string& device_name, std::string* why) {
-  if (!c.device_profile.empty()) return load_device_profile(c.device_profile);
+  if (!c.device_profile.empty()) {
+    try {
+      return load_device_profile(c.device_profile);
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("config key 'device_profile': {}; or '{}' (the run measures its own profile "
+                                    "before its first step)",
+                                    e.what(), kCalibrateProfile));
+    }
+  }
   if (const DeviceProfile* p = builtin_profile_for_device(device_name)) return *p;
   if (why)
     *why = fmt::format("no built-in device profile for '{}' (llmtrain --calibrate measures one; device_profile=FILE)",

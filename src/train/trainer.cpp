@@ -18,7 +18,8 @@
 #include "llmtrain/core/error.hpp"          // defines: Error, MPI_CHECK
 #include "llmtrain/core/fault.hpp"          // defines: fault::hit (named fault points for the tests)
 #include "llmtrain/core/log.hpp"            // defines: log::info (rank 0 only)
-#include "llmtrain/train/prediction_check.hpp"  // defines: PredictionCheck, run_device_profile
+#include "llmtrain/prediction/calibrate.hpp"      // defines: calibrate_device_profile (device_profile=calibrate)
+#include "llmtrain/train/prediction_check.hpp"  // defines: PredictionCheck, run_device_profile, kCalibrateProfile
 #include "llmtrain/data/loader.hpp"         // defines: TokenLoader, Batch, read_data_info
 #include "llmtrain/distributed/collectives.hpp"    // defines: Collectives, make_collectives
 #include "llmtrain/distributed/runtime.hpp"        // defines: Runtime (rank, device)
@@ -531,7 +532,20 @@ struct Trainer::Impl {
   // device profile, printed and kept in startup_info.prediction.
   void predict_run(nlohmann::json& startup) {
     std::string why;
-    const auto profile = run_device_profile(cfg, rt.device_name(), &why);
+    std::optional<DeviceProfile> profile;
+    if (cfg.device_profile == kCalibrateProfile) {
+      // device_profile=calibrate: the machine as this run finds it, measured
+      // by every rank together just before the first step.
+      rt.watchdog().activity("start-up: calibrating the device profile (device_profile=calibrate)");
+      DeviceProfile measured;
+      const std::string file = calibrate_device_profile(cfg, rt, &measured);
+      measured.source = fmt::format("calibrate: measured by this run before its first step{}",
+                                    file.empty() ? std::string() : fmt::format(" (written to {})", file));
+      profile = std::move(measured);
+      log::info("device profile measured by this run (device_profile=calibrate): {}", profile->name);
+    } else {
+      profile = run_device_profile(cfg, rt.device_name(), &why);
+    }
     if (!profile) {
       startup["prediction"] = {{"unknown", why}};
       log::info("predicted step: unknown ({})", why);

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """End-to-end checks of the real binaries under mpiexec (driven by CTest).
 
-  loss_falls   2 ranks train tiny_llama on prepared SOTU text; the loss falls.
+  loss_falls   2 ranks train tiny_llama on prepared SOTU text; the loss falls. The run
+               calibrates its own device profile before its first step
+               (device_profile=calibrate) and its run log holds the prediction made
+               with the profile it measured.
   dp_equal     1 rank x batch 2B, 2 ranks x batch B, 1 rank x batch B x accum 2, and
                2 ranks x batch B/2 x accum 2 under ZeRO-1 and FSDP (with and without
                prefetch) see the same data
@@ -63,7 +66,20 @@ def close(a, b, rtol=2e-4, atol=1e-5):
 
 if case == "loss_falls":
     data = prepare()
-    log = train(2, data, "out", "--max_iters=60", "--eval_interval=30", "--eval_iters=5", "--log_interval=20")
+    log = train(2, data, "out", "--max_iters=60", "--eval_interval=30", "--eval_iters=5", "--log_interval=20",
+                "--device_profile=calibrate")
+    pred = log["startup_info"]["prediction"]
+    prof = pred.get("profile", {})
+    print(f"prediction with the profile this run measured: {pred.get('step_time_s')} s/step, profile "
+          f"{prof.get('name')!r} ({prof.get('source')!r}), launch_us {prof.get('launch_us')}")
+    assert prof.get("source", "").startswith("calibrate: measured by this run"), pred
+    assert prof["name"].startswith("calibrated: 2 x cpu"), prof["name"]
+    assert pred["device"] == prof["name"], (pred["device"], prof["name"])
+    assert pred["step_time_s"] > 0 and pred["phases"]["forward_backward_s"] > 0, pred
+    assert prof["launch_us"] > 0 and prof["gemm_tflops"], prof  # measured here, at the model's own shapes
+    with open(os.path.join(work, "out", "device_profile.json")) as f:
+        assert json.load(f)["launch_us"] == prof["launch_us"], "the profile file differs from the one predicted with"
+    assert abs(log["summary"]["predicted_step_time_s"] - pred["step_time_s"]) < 1e-12, log["summary"]
     its = log["training_iterations"]
     evals = log["eval_results"]
     assert log["startup_info"]["config"]["world_size"] == 2
@@ -134,6 +150,8 @@ elif case == "refusals":
         ([llm, cfg, "--data_dir=/nonexistent/data", CPU], "/nonexistent/data"),
         ([llm, cfg, f"--data_dir={data}", CPU, "--use_cuda_graphs=True"], "not built"),
         ([llm, cfg, f"--data_dir={data}", CPU, "--block_size=2000000"], "block_size=2000000 is too large"),
+        ([llm, cfg, f"--data_dir={data}", CPU, "--device_profile=h100_sxn"],
+         "config key 'device_profile': device profile 'h100_sxn'"),
     ]
     if not os.path.exists("/dev/nvidia0"):  # a machine without a GPU refuses device=cuda in one line
         cases.append(([llm, cfg, f"--data_dir={data}", "--device=cuda"], "no CUDA device is visible"))

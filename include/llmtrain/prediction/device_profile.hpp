@@ -27,7 +27,9 @@ struct DeviceProfile {
   double attention_tflops_fp32 = 0;
   double memory_gbps = 0;         // device-memory bandwidth of element-wise kernels, GB/s (1e9 B/s)
   double intra_node_busbw_gbps = 0;  // collective bus bandwidth between ranks of one node (NVLink, shared memory)
-  double inter_node_busbw_gbps = 0;  // ... between nodes (InfiniBand, Ethernet)
+  // ... between nodes (InfiniBand, Ethernet): each rank's share (one GPU's NIC);
+  // a ring across nodes gets ranks_per_node x this, at most the intra-node figure.
+  double inter_node_busbw_gbps = 0;
   double collective_latency_us = 0;  // fixed cost of one collective call
   double launch_us = 0;              // fixed cost of one kernel launch / operator dispatch
   double storage_gbps = 0;           // checkpoint write bandwidth per rank (sequential, fsynced)

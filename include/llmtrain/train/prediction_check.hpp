@@ -15,9 +15,14 @@
 
 namespace llmtrain {
 
+// device_profile=calibrate: the run measures its profile (prediction/calibrate.hpp)
+// just before its first step; the trainer does that, not run_device_profile.
+inline constexpr const char* kCalibrateProfile = "calibrate";
+
 // The profile a run predicts with: the device_profile key (a file or a built-in
 // name), else the built-in profile of the detected device; nullopt (with the
-// reason in `why`) when the device has none.
+// reason in `why`) when the device has none. A bad value throws one line naming
+// the key, the value and what is allowed.
 std::optional<DeviceProfile> run_device_profile(const Config& c, const std::string& device_name, std::string* why);
 
 // Steps slower than this factor of the prediction, after warm-up, warn once.
