@@ -45,7 +45,8 @@ for mode in $MODES; do
   rm -rf "$dir"
   "${configure[@]}" >"$work/configure-$mode.log" 2>&1 ||
     { echo "build_cpu_table: configure failed (LLMTRAIN_UNITY_BUILD=$mode), see $work/configure-$mode.log" >&2; exit 1; }
-  compiles=$(ninja -C "$dir" -n "${targets[@]+"${targets[@]}"}" | grep -c "Building CXX object" || true)
+  # Every compile to an object file the targets need (ninja -n stops at CMake's glob check).
+  compiles=$(ninja -C "$dir" -t commands "${targets[@]+"${targets[@]}"}" | grep -cE -- '-o [^ ]+\.o -c ' || true)
   load=$(cut -d' ' -f1-3 /proc/loadavg)
   read -r rc wall cpu < <(timed "$work/build-$mode.log" "${build[@]}")
   [[ "$rc" == 0 ]] || { echo "build_cpu_table: build failed (LLMTRAIN_UNITY_BUILD=$mode), see $work/build-$mode.log" >&2; exit 1; }
@@ -56,7 +57,7 @@ done
 [[ "${DRY_RUN:-0}" == 1 ]] && exit 0
 
 echo "targets: ${targets[*]:-all}; $JOBS jobs; $(nproc) cores; $(date -u +%FT%TZ)"
-echo "| LLMTRAIN_UNITY_BUILD | C++ compiles | wall s | CPU s (user+sys) | load average before |"
+echo "| LLMTRAIN_UNITY_BUILD | compiles | wall s | CPU s (user+sys) | load average before |"
 echo "|---|---|---|---|---|"
 for r in "${rows[@]}"; do IFS='|' read -r mode compiles wall cpu load _ <<<"$r"; echo "| $mode | $compiles | $wall | $cpu | $load |"; done
 status=0
