@@ -35,6 +35,9 @@ if [[ "${LLMTRAIN_SKIP_BUILD:-0}" == 1 ]]; then
 else
   # Only the two programs it runs: no tests, no benchmarks (scripts/test.sh turns them on again).
   gen=(); [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || ! command -v ninja >/dev/null || gen=(-G Ninja)
+  # A new build directory compiles the library in batches of 8 sources
+  # (LLMTRAIN_UNITY_BUILD, docs/install.md); an existing one keeps its setting.
+  [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || gen+=(-DLLMTRAIN_UNITY_BUILD=ON)
   cmake -S . -B "$BUILD_DIR" "${gen[@]+"${gen[@]}"}" -DCMAKE_BUILD_TYPE=Release \
       -DLLMTRAIN_BUILD_TESTS=OFF -DLLMTRAIN_BUILD_BENCHMARKS=OFF >/dev/null
   cmake --build "$BUILD_DIR" -j "$(nproc)" --target llmtrain-bin llmtrain-prepare

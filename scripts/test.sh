@@ -18,6 +18,9 @@ start=$(date +%s)
 # starts less per compile than make and keeps both cores busy; an existing build
 # directory keeps its generator.
 gen=(); [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || ! command -v ninja >/dev/null || gen=(-G Ninja)
+# A new build directory compiles the library in batches of 8 sources
+# (LLMTRAIN_UNITY_BUILD, docs/install.md); an existing one keeps its setting.
+[[ -f "$BUILD_DIR/CMakeCache.txt" ]] || gen+=(-DLLMTRAIN_UNITY_BUILD=ON)
 # ccache where it is installed (CI machines whose cache survives between runs): the
 # precompiled headers need these sloppiness settings to be cached at all.
 if command -v ccache >/dev/null; then

@@ -1,6 +1,7 @@
 #include "llmtrain/core/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -125,6 +126,12 @@ void publish_directory(const fs::path& temp, const fs::path& target) {
       log::warn("the new '{}' is in place, but removing the old copy '{}' failed: {}", target.string(), old.string(),
                 ec.message());
   }
+}
+
+int64_t free_bytes(const std::filesystem::path& dir) {
+  struct statvfs st{};
+  if (::statvfs(dir.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
 }
 
 }  // namespace llmtrain

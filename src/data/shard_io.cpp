@@ -2,7 +2,6 @@
 #include "data/shard_io.hpp"
 
 #include <fcntl.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -185,7 +184,7 @@ uint32_t combine_parts(MPI_Comm comm, uint64_t offset, uint64_t bytes, uint32_t 
 }
 
 // Collective: the first failing rank's message and errno ("" when none).
-std::string agree_on_failure(MPI_Comm comm, const std::string& mine, int& err) {
+std::string agree_on_write_failure(MPI_Comm comm, const std::string& mine, int& err) {
   int rank = 0, world = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &world));
@@ -199,12 +198,6 @@ std::string agree_on_failure(MPI_Comm comm, const std::string& mine, int& err) {
   text.resize(static_cast<size_t>(n));
   MPI_CHECK(MPI_Bcast(text.data(), n, MPI_CHAR, first, comm));
   return text;
-}
-
-int64_t free_bytes(const std::string& dir) {
-  struct statvfs st{};
-  if (::statvfs(dir.c_str(), &st) != 0) return -1;
-  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
 }
 
 // Creates `path` empty, allocates `bytes` for it and gives them back: "" when the
@@ -273,7 +266,7 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
       int err = 0;
       std::string failure;
       if (rank == 0) failure = reserve_space(tmp, out_dir, shard_file_bound(n, sizeof(T)), err);
-      failure = agree_on_failure(comm, failure, err);
+      failure = agree_on_write_failure(comm, failure, err);
       if (!failure.empty()) throw_failure(failure, err);
     }
 
@@ -358,7 +351,7 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     const hid_t id = std::exchange(file.id, -1);
     errno = 0;
     if (H5_LOCKED(H5Fclose(id)) < 0) fail("closing shard");  // collective: every rank's data is written after this
-    failure = agree_on_failure(comm, failure, err);
+    failure = agree_on_write_failure(comm, failure, err);
     if (!failure.empty()) throw_failure(failure, err);
     counts.push_back(n);
     names.push_back(name);

@@ -324,7 +324,7 @@ std::string format_candidates(const std::vector<Candidate>& cs, FlopAccounting a
                      ++rank, c.n_layer, c.n_embd, fmt::format("{}/{}", c.n_head, c.n_kv_head), c.ffn_hidden,
                      human(static_cast<double>(c.params)), human(static_cast<double>(c.non_embedding_params)),
                      human(c.tokens), c.flops_per_token, c.flops, c.loss, c.tokens_per_param);
-    if (memory) s += fmt::format(" {:>11.2f}", c.memory_per_gpu / static_cast<double>(1ull << 30));
+    if (memory) s += fmt::format(" {:>11.2f}", gib(c.memory_per_gpu));
     if (timed) s += fmt::format(" {:>10.3g} {:>11.4g}", *c.hours / 24.0, *c.gpu_hours);
     s += "\n";
   }

@@ -18,7 +18,6 @@
 
 #include <fcntl.h>
 #include <mpi.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,13 +68,6 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 }
 
 std::string bcast_from_root(const std::string& s) { return mpi::bcast_string(MPI_COMM_WORLD, s, 0); }
-
-// Bytes the file system of `dir` has free for this user (-1 when unknown).
-int64_t free_bytes(const std::string& dir) {
-  struct statvfs st{};
-  if (::statvfs(dir.c_str(), &st) != 0) return -1;
-  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
-}
 
 // Collective: the first failing rank's failure ("" when none) and its errno,
 // the same on every rank.

@@ -23,7 +23,6 @@ std::string grouped(int64_t v) {
   }
   return v < 0 ? "-" + out : out;
 }
-double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 WorldLayout layout_of(const PredictionInput& in) {
   return {in.world_size, in.ranks_per_node > 0 ? in.ranks_per_node : std::min<int64_t>(in.world_size, 8)};

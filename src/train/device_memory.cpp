@@ -9,6 +9,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <fmt/format.h>
 
+#include "llmtrain/prediction/memory_model.hpp"
 #include "train/device_memory_impl.hpp"
 
 namespace llmtrain {
@@ -90,8 +91,6 @@ int64_t meminfo_kb(const std::string& key) {
   }
   return -1;
 }
-
-double gib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
 
 }  // namespace
 

@@ -7,10 +7,6 @@
 
 namespace llmtrain {
 
-namespace {
-double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
-}  // namespace
-
 std::optional<std::string> memory_refusal(const ModelConfig& m, const MemoryInputs& in, StrategyKind strategy,
                                           const AvailableMemory& available) {
   if (available.bytes < 0) return std::nullopt;

@@ -5,6 +5,7 @@
 // failure the temporary file is removed and the target is untouched: a reader
 // sees the old file or the complete new one, never a half.
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -56,5 +57,9 @@ void publish_directory(const std::filesystem::path& temp, const std::filesystem:
 
 // fsync of a file or directory by path; throws Error naming it.
 void fsync_path(const std::filesystem::path& path);
+
+// Bytes the file system of `dir` has free for this user (-1 when unknown): the
+// writers' ENOSPC messages (checkpoints, token shards).
+int64_t free_bytes(const std::filesystem::path& dir);
 
 }  // namespace llmtrain

@@ -58,4 +58,7 @@ std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, ComputeDtype d
 // 0 when not even one sequence fits.
 int64_t max_batch_size(const ModelConfig& m, MemoryInputs in, StrategyKind strategy, double bytes);
 
+// Bytes in GiB (2^30), for messages and tables.
+inline double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
 }  // namespace llmtrain
