@@ -10,6 +10,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -91,25 +92,31 @@ TEST(CheckpointTurns, EverySaveWaitsForTheNodesTurnAndLetsItGo) {
   ckpt.save(1);
   EXPECT_EQ(open_descriptors_on(lock), 0) << "the save did not let go of " << lock;
 
-  // Rank 0 holds the node's turn for 1.5 s: no rank of the node may write
-  // before it lets go, so every save lasts at least that long.
-  constexpr double kHold = 1.5;
+  // Rank 0 holds the node's turn for a while: no rank of the node may write
+  // before it lets go, so every save ends after that moment (CLOCK_MONOTONIC,
+  // steady_clock on Linux, is one clock for every process of the node).
+  using Clock = std::chrono::steady_clock;
+  std::atomic<int64_t> let_go_ns{0};
   std::thread holder;
   if (rt.rank() == 0) {
     const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     ASSERT_GE(fd, 0) << lock;
     ASSERT_EQ(::flock(fd, LOCK_EX), 0);
-    holder = std::thread([fd] {
-      std::this_thread::sleep_for(std::chrono::duration<double>(kHold));
+    holder = std::thread([fd, &let_go_ns] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      let_go_ns = Clock::now().time_since_epoch().count();
       ::close(fd);
     });
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  const auto t0 = std::chrono::steady_clock::now();
   ckpt.save(2);
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t saved_ns = Clock::now().time_since_epoch().count();
   if (holder.joinable()) holder.join();
-  EXPECT_GE(waited, kHold - 0.2) << "rank " << rt.rank() << " wrote while the node's turn was held by another";
+  int64_t let_go = let_go_ns;
+  MPI_Bcast(&let_go, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  EXPECT_GT(let_go, 0);
+  EXPECT_GT(saved_ns, let_go) << "rank " << rt.rank() << "'s save ended " << (let_go - saved_ns) / 1e6
+                              << " ms before the node's turn was let go: it wrote out of turn";
   EXPECT_EQ(open_descriptors_on(lock), 0) << "the save did not let go of " << lock;
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_FALSE(fs::exists(lock)) << "the lock file outlived the save";
