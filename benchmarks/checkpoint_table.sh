@@ -12,7 +12,7 @@
 # round; the page cache is dropped before every run where that is allowed
 # (root). Prints medians with their ranges, the save time of the LLaMA-2 1.36B
 # state (15.5 GB) projected from the best median, and a last line with issue 31
-# point 3's figures (1 writer >= 0.9 of dd, 2 writers >= 0.7 of 2 dd).
+# point 3's figures (1 writer >= 0.9 of dd, 2 writers >= 0.7 of dd; and 2 writers against 2 dd).
 #   REPEATS=3 STEP_TABLE=0 benchmarks/checkpoint_table.sh build /work/ckpt-bench 8 1024
 #   BASELINE=../main/build REPEATS=3 STEP_TABLE=0 benchmarks/checkpoint_table.sh build /work/ckpt-bench 8 1024
 set -euo pipefail
@@ -103,9 +103,11 @@ print(f"{'2 dd':>8} {2:>7} {med(r['save_s'] for r in dd2.values()):>7.2f} {dd2w:
       f"{1:>7.2f}")
 print(f"projected save of the LLaMA-2 1.36B state (15.5 GB) at {best:.3f} GB/s: {15.5 / best:.1f} s")
 one, two = point3[1], point3[2]
+# The issue's targets are against dd's throughput to the same disk (one dd); two
+# concurrent dd are printed beside it (what the disk gives two streams).
 print(f"issue 31 point 3: 1 writer {one[0]:.2f} of dd [{one[1]}] (target >= 0.9: {'met' if one[0] >= 0.9 else 'NOT met'}); "
-      f"2 writers {two[2]:.2f} of 2 dd [{two[3]}], {two[0]:.2f} of dd [{two[1]}] "
-      f"(target >= 0.7: {'met' if two[2] >= 0.7 else 'NOT met'})")
+      f"2 writers {two[0]:.2f} of dd [{two[1]}] (target >= 0.7: {'met' if two[0] >= 0.7 else 'NOT met'}), "
+      f"{two[2]:.2f} of 2 concurrent dd [{two[3]}]")
 PY
 
 # ---- Step time while checkpoints are written (checkpoint_async) ----------------------
