@@ -1,59 +1,113 @@
 #!/usr/bin/env bash
-# checkpoint_table.sh [BUILD_DIR] [DIR] [LAYERS] [WIDTH]   (env: STEP_TABLE=0 skips the step-time table)
+# checkpoint_table.sh [BUILD_DIR] [DIR] [LAYERS] [WIDTH]
+#   env: REPEATS=3 rounds; BASELINE=<another build dir> adds its bench-checkpoint to every
+#        round (an A/B on the same disk); STEP_TABLE=0 skips the step-time table.
 # Checkpoint save/load bandwidth of a full training state (fp32 weights + AdamW
 # moments, ZeRO-1 shards written in parallel) at 1 and 2 writer ranks, next to
-# the disk's ceiling measured in the same call: dd writing the same number of
-# bytes sequentially with fsync (conv=fsync), and reading them back. The page
-# cache is dropped before every read where that is allowed (root). Prints the
-# table and the save time of the LLaMA-2 1.36B state (15.5 GB) projected from
-# the best measured bandwidth.
-#   benchmarks/checkpoint_table.sh build /work/ckpt-bench 8 1024
+# the disk's ceiling measured in the same rounds: dd writing the same number of
+# bytes sequentially with fsync (conv=fsync) and reading them back, and two dd
+# writing half the bytes each at once (two writers' ceiling). Rounds alternate
+# the programs (build, baseline, dd, 2 dd) so that a change in the machine's
+# load falls on all of them, and each save is compared with the dd of its own
+# round; the page cache is dropped before every run where that is allowed
+# (root). Prints medians with their ranges, the save time of the LLaMA-2 1.36B
+# state (15.5 GB) projected from the best median, and a last line with issue 31
+# point 3's figures (1 writer >= 0.9 of dd, 2 writers >= 0.7 of dd; and 2 writers against 2 dd).
+#   REPEATS=3 STEP_TABLE=0 benchmarks/checkpoint_table.sh build /work/ckpt-bench 8 1024
+#   BASELINE=../main/build REPEATS=3 STEP_TABLE=0 benchmarks/checkpoint_table.sh build /work/ckpt-bench 8 1024
 set -euo pipefail
 BUILD=${1:-build}
 DIR=${2:-${TMPDIR:-/tmp}/llmtrain-ckpt-bench}
 LAYERS=${3:-8}
 WIDTH=${4:-1024}
 REPEATS=${REPEATS:-3}
-BENCH=$BUILD/bin/bench-checkpoint
-[[ -x "$BENCH" ]] || { echo "checkpoint_table: $BENCH not built (cmake --build $BUILD --target bench-checkpoint)" >&2; exit 1; }
+BASELINE=${BASELINE:-}
+builds=("build=$BUILD")
+[[ -n $BASELINE ]] && builds+=("baseline=$BASELINE")
+for b in "${builds[@]}"; do
+  [[ -x "${b#*=}/bin/bench-checkpoint" ]] ||
+    { echo "checkpoint_table: ${b#*=}/bin/bench-checkpoint not built (cmake --build ${b#*=} --target bench-checkpoint)" >&2; exit 1; }
+done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
 mkdir -p "$DIR"
-out=$(mktemp); trap 'rm -f "$out"; rm -f "$DIR/dd.bin"' EXIT
-for np in 1 2; do
-  mpiexec -n "$np" "$BENCH" --dir "$DIR" --layers "$LAYERS" --width "$WIDTH" --repeats "$REPEATS" | grep '^{' >>"$out"
-done
-bytes=$(python3 -c "import json,sys; print(int(json.loads(open(sys.argv[1]).readline())['bytes']))" "$out")
-mib=$(( (bytes + 1048575) / 1048576 ))
-dd_write=() dd_read=()
+out=$(mktemp); trap 'rm -f "$out" "$DIR"/dd*.bin' EXIT
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+now() { date +%s.%N; }
+row() { python3 -c "import json,sys; print(json.dumps(dict(json.loads(sys.argv[1]), **json.loads(sys.argv[2]))))" "$@"; }
+mib=""
 for ((r = 0; r < REPEATS; r++)); do
-  rm -f "$DIR/dd.bin"; drop
-  t0=$(date +%s.%N); dd if=/dev/zero of="$DIR/dd.bin" bs=1M count="$mib" conv=fsync status=none; t1=$(date +%s.%N)
-  dd_write+=("$(python3 -c "print($mib*1048576/($t1-$t0)/1e9)")")
+  for b in "${builds[@]}"; do
+    for np in 1 2; do
+      drop
+      line=$(mpiexec -n "$np" "${b#*=}/bin/bench-checkpoint" --dir "$DIR" --layers "$LAYERS" --width "$WIDTH" \
+               --repeats 1 | grep '^{')
+      row "$line" "{\"who\": \"${b%%=*}\", \"round\": $r}" >>"$out"
+    done
+  done
+  [[ -n $mib ]] || mib=$(python3 -c "import json,sys; print((int(json.loads(open(sys.argv[1]).readline())['bytes']) + 1048575) // 1048576)" "$out")
+  half=$(( (mib + 1) / 2 ))
+  rm -f "$DIR"/dd*.bin; drop
+  t0=$(now); dd if=/dev/zero of="$DIR/dd.bin" bs=1M count="$mib" conv=fsync status=none; t1=$(now)
   drop
-  t0=$(date +%s.%N); dd if="$DIR/dd.bin" of=/dev/null bs=1M status=none; t1=$(date +%s.%N)
-  dd_read+=("$(python3 -c "print($mib*1048576/($t1-$t0)/1e9)")")
+  t2=$(now); dd if="$DIR/dd.bin" of=/dev/null bs=1M status=none; t3=$(now)
+  rm -f "$DIR"/dd*.bin; drop
+  t4=$(now)
+  dd if=/dev/zero of="$DIR/dd0.bin" bs=1M count="$half" conv=fsync status=none & p0=$!
+  dd if=/dev/zero of="$DIR/dd1.bin" bs=1M count="$half" conv=fsync status=none & p1=$!
+  wait "$p0"; wait "$p1"; t5=$(now)
+  rm -f "$DIR"/dd*.bin
+  row "{\"who\": \"dd\", \"round\": $r, \"bytes\": $((mib * 1048576))}" \
+      "{\"save_s\": $(python3 -c "print($t1 - $t0)"), \"load_s\": $(python3 -c "print($t3 - $t2)")}" >>"$out"
+  row "{\"who\": \"dd2\", \"round\": $r, \"bytes\": $((2 * half * 1048576))}" \
+      "{\"save_s\": $(python3 -c "print($t5 - $t4)")}" >>"$out"
 done
-python3 - "$out" "$DIR" "${dd_write[*]}" "${dd_read[*]}" <<'PY'
+python3 - "$out" "$DIR" "$REPEATS" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-dd_w = statistics.median(float(x) for x in sys.argv[3].split())
-dd_r = statistics.median(float(x) for x in sys.argv[4].split())
-gb = rows[0]["bytes"] / 1e9
-print(f"checkpoint of {rows[0]['params'] / 1e6:.0f}M parameters: {gb:.2f} GB (fp32 weights + 2 AdamW moments), "
-      f"disk {sys.argv[2]}; medians of {len(rows) // 2} runs")
-print(f"{'writer ranks':>12} {'save s':>8} {'save GB/s':>10} {'of dd':>6} {'load s':>8} {'load GB/s':>10} {'of dd':>6}  cache")
-best = 0
-for np in sorted({r["ranks"] for r in rows}):
-    rs = [r for r in rows if r["ranks"] == np]
-    sv = statistics.median(r["save_gbps"] for r in rs)
-    ld = statistics.median(r["load_gbps"] for r in rs)
-    best = max(best, sv)
-    print(f"{np:>12} {statistics.median(r['save_s'] for r in rs):>8.2f} {sv:>10.3f} {sv / dd_w:>6.2f} "
-          f"{statistics.median(r['load_s'] for r in rs):>8.2f} {ld:>10.3f} {ld / dd_r:>6.2f}  "
-          f"{'cold' if all(r['load_cold_cache'] for r in rs) else 'warm (could not drop)'}")
-print(f"{'dd (ceiling)':>12} {gb / dd_w:>8.2f} {dd_w:>10.3f} {1:>6.2f} {gb / dd_r:>8.2f} {dd_r:>10.3f} {1:>6.2f}")
+med = statistics.median
+def rng(xs):
+    return f"{min(xs):.2f}-{max(xs):.2f}" if len(xs) > 1 else "-"
+def gbps(r, k):
+    return r["bytes"] / r[k] / 1e9
+dd = {r["round"]: r for r in rows if r["who"] == "dd"}     # each save against the dd of its own round
+dd2 = {r["round"]: r for r in rows if r["who"] == "dd2"}
+ddw = med(gbps(r, "save_s") for r in dd.values())
+ddr = med(gbps(r, "load_s") for r in dd.values())
+dd2w = med(gbps(r, "save_s") for r in dd2.values())
+first = next(r for r in rows if "params" in r)
+gb = first["bytes"] / 1e9
+print(f"checkpoint of {first['params'] / 1e6:.0f}M parameters: {gb:.2f} GB (fp32 weights + 2 AdamW moments), "
+      f"disk {sys.argv[2]}; medians of {sys.argv[3]} rounds [min-max]; load average at the end {sys.argv[4]}")
+print(f"{'':>8} {'writers':>7} {'save s':>7} {'GB/s':>6} {'of dd':>5} {'[range]':>9} {'of 2 dd':>7} {'[range]':>9} "
+      f"{'load s':>6} {'GB/s':>6} {'of dd':>5}  cache")
+best, point3 = 0.0, {}
+for who in ("build", "baseline"):
+    for np in (1, 2):
+        rs = [r for r in rows if r["who"] == who and r.get("ranks") == np]
+        if not rs:
+            continue
+        of_dd = [gbps(r, "save_s") / gbps(dd[r["round"]], "save_s") for r in rs]
+        of_dd2 = [gbps(r, "save_s") / gbps(dd2[r["round"]], "save_s") for r in rs]
+        ld_dd = [gbps(r, "load_s") / gbps(dd[r["round"]], "load_s") for r in rs]
+        sv = med(gbps(r, "save_s") for r in rs)
+        if who == "build":
+            best = max(best, sv)
+            point3[np] = (med(of_dd), rng(of_dd), med(of_dd2), rng(of_dd2))
+        print(f"{who:>8} {np:>7} {med(r['save_s'] for r in rs):>7.2f} {sv:>6.3f} {med(of_dd):>5.2f} {rng(of_dd):>9} "
+              f"{med(of_dd2):>7.2f} {rng(of_dd2):>9} {med(r['load_s'] for r in rs):>6.2f} "
+              f"{med(gbps(r, 'load_s') for r in rs):>6.3f} {med(ld_dd):>5.2f}  "
+              f"{'cold' if all(r['load_cold_cache'] for r in rs) else 'warm (could not drop)'}")
+print(f"{'dd':>8} {1:>7} {med(r['save_s'] for r in dd.values()):>7.2f} {ddw:>6.3f} {1:>5.2f} {'':>9} {'':>7} {'':>9} "
+      f"{med(r['load_s'] for r in dd.values()):>6.2f} {ddr:>6.3f} {1:>5.2f}")
+print(f"{'2 dd':>8} {2:>7} {med(r['save_s'] for r in dd2.values()):>7.2f} {dd2w:>6.3f} {dd2w / ddw:>5.2f} {'':>9} "
+      f"{1:>7.2f}")
 print(f"projected save of the LLaMA-2 1.36B state (15.5 GB) at {best:.3f} GB/s: {15.5 / best:.1f} s")
+one, two = point3[1], point3[2]
+# The issue's targets are against dd's throughput to the same disk (one dd); two
+# concurrent dd are printed beside it (what the disk gives two streams).
+print(f"issue 31 point 3: 1 writer {one[0]:.2f} of dd [{one[1]}] (target >= 0.9: {'met' if one[0] >= 0.9 else 'NOT met'}); "
+      f"2 writers {two[0]:.2f} of dd [{two[1]}] (target >= 0.7: {'met' if two[0] >= 0.7 else 'NOT met'}), "
+      f"{two[2]:.2f} of 2 concurrent dd [{two[3]}]")
 PY
 
 # ---- Step time while checkpoints are written (checkpoint_async) ----------------------

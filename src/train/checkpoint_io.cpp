@@ -1,22 +1,30 @@
 // CheckpointWriter and CheckpointReader: the HDF5 side of checkpoints (groups,
 // attributes, whole tensors written and read as slices). The parts of the
 // training state (checkpoint_state.cpp) see only these two classes.
+#include <fcntl.h>
 #include <mpi.h>
+#include <sys/file.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "core/hdf5_util.hpp"
 #include "train/checkpoint_ops.hpp"
+#include "train/checkpoint_turns.hpp"
 #include "llmtrain/core/crc32c.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/fault.hpp"
@@ -132,7 +140,62 @@ h5::AttrReader attr_reader(const std::string& path) {
                         "docs/checkpoint-format.md");
 }
 
+// A barrier that sleeps: a rank whose writes are done waits here while the
+// others write, polling every millisecond instead of spinning in MPI_Barrier
+// (a spinning rank takes the core of the rank that writes).
+void sleeping_barrier(MPI_Comm comm) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Ibarrier(comm, &req));
+  for (int done = 0;;) {
+    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 }  // namespace
+
+// ---- turns of the writers of one node (train/checkpoint_turns.hpp) ---------------------
+
+bool file_system_serializes_writes(const std::string& dir) {
+  struct statfs st{};
+  if (::statfs(dir.c_str(), &st) != 0) return false;
+  // f_type magic numbers (linux/magic.h; NFS's from nfs_fs.h).
+  switch (static_cast<uint64_t>(st.f_type) & 0xffffffffu) {
+    case 0xEF53:      // ext2, ext3, ext4
+    case 0x58465342:  // XFS
+    case 0x9123683E:  // btrfs
+    case 0x01021994:  // tmpfs
+    case 0xF2F52010:  // f2fs
+    case 0x794C7630:  // overlayfs
+    case 0x6969:      // NFS
+      return true;
+    default:
+      return false;  // Lustre 0x0BD00BD0, GPFS 0x47504653, BeeGFS 0x19830326, ...: byte-range locks
+  }
+}
+
+std::string checkpoint_turn_lock_path(const std::string& dir) {
+  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "a/b/" is "a/b"
+  const std::string abs = p.string();
+  return fmt::format("/dev/shm/llmtrain-ckpt-turn-{:08x}.lock", crc32c(abs.data(), abs.size()));
+}
+
+WriteTurn::WriteTurn(const std::string& lock_path) {
+  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0) return;
+  while (::flock(fd_, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;  // a signal (a pre-emption's SIGTERM): wait on
+    ::close(fd_);                  // flock not supported there: no turns
+    fd_ = -1;
+    return;
+  }
+}
+
+WriteTurn::~WriteTurn() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
+}
 
 // ---- the writer ----------------------------------------------------------------------
 
@@ -144,6 +207,16 @@ struct CheckpointWriter::File {
   std::vector<H5Id> datasets;          // open until finish() writes their checksums
   std::vector<uint64_t> sizes;         // bytes of each
   std::vector<Piece> pieces;           // this rank's slices
+  // A slice this rank writes in finish(), once every dataset exists.
+  struct Pending {
+    size_t index;                      // into datasets
+    std::string name;                  // group/name, for errors
+    std::vector<int64_t> shape;
+    int64_t offset;
+    torch::Tensor part;
+  };
+  std::vector<Pending> pending;        // in file order (the order of creation)
+  int local_rank = 0;                  // among the ranks of this node
   std::string failure;                 // this rank's first failed write ("" = none)
   int failure_errno = 0;
   std::string dir;                     // where the file is (its file system's free space)
@@ -173,7 +246,59 @@ struct CheckpointWriter::File {
     H5Id g(H5_CHECK(H5Gcreate2(parent, leaf.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
     return groups.emplace(path, std::move(g)).first->second;
   }
+  void write(const Pending& w);
+  void write_pending(bool kill_half_way);
 };
+
+// Written in pieces of 1 MiB, each checksummed just before its write: the write
+// copies the bytes from the cache the CRC has just read them into (one pass over
+// memory, not two). The CRC is taken even after a failed write (the checksum
+// allgather needs every piece); a full disk gets no more data.
+void CheckpointWriter::File::write(const Pending& w) {
+  const torch::Tensor buf = w.part.to(torch::kCPU, torch::kFloat).contiguous();
+  const float* data = buf.data_ptr<float>();
+  const int64_t numel_part = buf.numel();
+  std::vector<hsize_t> dims(w.shape.begin(), w.shape.end());
+  H5Id fspace(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+  constexpr int64_t kPiece = (int64_t{1} << 20) / static_cast<int64_t>(sizeof(float));
+  uint32_t crc = 0;
+  for (int64_t p = 0; p < numel_part; p += kPiece) {
+    const int64_t m = std::min(kPiece, numel_part - p);
+    crc = crc32c(data + p, static_cast<size_t>(m) * sizeof(float), crc);
+    if (!failure.empty()) continue;
+    hsize_t hm = static_cast<hsize_t>(m);
+    select_flat_range(fspace, w.shape, w.offset + p, m);
+    H5Id mspace(H5_CHECK(H5Screate_simple(1, &hm, nullptr)), H5Sclose);
+    errno = 0;
+    if (H5_LOCKED(H5Dwrite(datasets[w.index], H5T_NATIVE_FLOAT, mspace, fspace, independent, data + p)) < 0)
+      fail(fmt::format("writing dataset '{}'", w.name));
+  }
+  pieces.push_back({w.index, static_cast<uint64_t>(w.offset) * sizeof(float),
+                    static_cast<uint64_t>(numel_part) * sizeof(float), crc});
+}
+
+// Every dataset exists: this rank writes all its slices in file order, with no
+// collective call in between. Where the file system locks the whole file for a
+// write, the ranks of this node take turns (train/checkpoint_turns.hpp): each
+// writes its whole share holding the node's lock, so the writes of two ranks do
+// not alternate piece by piece. A rank whose share is written waits asleep.
+void CheckpointWriter::File::write_pending(bool kill_half_way) {
+  const bool turns = file_system_serializes_writes(dir.empty() ? "." : dir);
+  const std::string lock_path = turns ? checkpoint_turn_lock_path(dir.empty() ? "." : dir) : "";
+  {
+    std::optional<WriteTurn> turn;
+    if (turns) turn.emplace(lock_path);
+    // The test fault point: this rank dies half-way through its writes (holding its turn).
+    for (size_t k = 0; k <= pending.size(); ++k) {
+      if (kill_half_way && k == pending.size() / 2) std::raise(SIGKILL);
+      if (k < pending.size()) write(pending[k]);
+    }
+  }
+  pending.clear();
+  sleeping_barrier(comm);
+  // Every rank of the node has let go: the lock file goes (the next save makes it anew).
+  if (turns && local_rank == 0) (void)::unlink(lock_path.c_str());
+}
 
 CheckpointWriter::CheckpointWriter(CheckpointOps& ops, const Runtime& rt, int64_t iteration)
     : record_(&ops), rank_(rt.rank()), world_size_(rt.world_size()), iteration_(iteration) {}
@@ -181,6 +306,7 @@ CheckpointWriter::CheckpointWriter(CheckpointOps& ops, const Runtime& rt, int64_
 CheckpointWriter::CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration, MPI_Comm comm)
     : f_(std::make_unique<File>()), rank_(rt.rank()), world_size_(rt.world_size()), iteration_(iteration) {
   f_->comm = comm;
+  f_->local_rank = rt.local_rank();
   H5Id fapl = h5::make_mpio_fapl(comm);
   // Large datasets start on 1 MiB boundaries (file-system stripes, MPI-IO aggregation).
   H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
@@ -200,10 +326,7 @@ CheckpointWriter::~CheckpointWriter() = default;
 
 void CheckpointWriter::replay(const CheckpointOps& ops) {
   using K = CheckpointOps::Kind;
-  // The test fault point: this rank dies half-way through writing the file.
-  const bool kill_half_way = fault::hit(fault::Point::kill_during_save, rank_, iteration_);
   for (size_t i = 0; i < ops.ops.size(); ++i) {
-    if (kill_half_way && i == ops.ops.size() / 2) std::raise(SIGKILL);
     const auto& op = ops.ops[i];
     // One HDF5 call sequence at a time in the process (the loader's workers read
     // shards meanwhile); taken per call so that they wait for one tensor at most.
@@ -222,6 +345,7 @@ void CheckpointWriter::replay(const CheckpointOps& ops) {
 int CheckpointWriter::failure_errno() const { return f_->failure_errno; }
 
 void CheckpointWriter::finish() {
+  f_->write_pending(fault::hit(fault::Point::kill_during_save, rank_, iteration_));
   const auto crcs = combine_pieces(allgather_pieces(f_->pieces, f_->comm), f_->sizes);
   for (size_t d = 0; d < crcs.size(); ++d)
     if (crcs[d]) h5::write_attr(f_->datasets[d], kCrcAttr, static_cast<int64_t>(*crcs[d]));
@@ -271,28 +395,8 @@ void CheckpointWriter::tensor(const std::string& group, const std::string& name,
   for (int64_t s : shape) numel *= s;
   const size_t index = f_->add_dataset(std::move(d), static_cast<uint64_t>(numel) * sizeof(float));
   if (!part.defined() || part.numel() == 0) return;  // independent I/O: only the owners write
-  const torch::Tensor buf = part.to(torch::kCPU, torch::kFloat).contiguous();
-  const float* data = buf.data_ptr<float>();
-  const int64_t numel_part = buf.numel();
-  // Written in pieces of 1 MiB, each checksummed just before its write: the write
-  // copies the bytes from the cache the CRC has just read them into (one pass over
-  // memory, not two). The CRC is taken even after a failed write (the checksum
-  // allgather needs every piece); a full disk gets no more data.
-  constexpr int64_t kPiece = (int64_t{1} << 20) / static_cast<int64_t>(sizeof(float));
-  uint32_t crc = 0;
-  for (int64_t p = 0; p < numel_part; p += kPiece) {
-    const int64_t m = std::min(kPiece, numel_part - p);
-    crc = crc32c(data + p, static_cast<size_t>(m) * sizeof(float), crc);
-    if (!f_->failure.empty()) continue;
-    hsize_t hm = static_cast<hsize_t>(m);
-    select_flat_range(fspace, shape, offset + p, m);
-    H5Id mspace(H5_CHECK(H5Screate_simple(1, &hm, nullptr)), H5Sclose);
-    errno = 0;
-    if (H5_LOCKED(H5Dwrite(f_->datasets[index], H5T_NATIVE_FLOAT, mspace, fspace, f_->independent, data + p)) < 0)
-      f_->fail(fmt::format("writing dataset '{}'", join(group, name)));
-  }
-  f_->pieces.push_back(
-      {index, static_cast<uint64_t>(offset) * sizeof(float), static_cast<uint64_t>(numel_part) * sizeof(float), crc});
+  // Written in finish(), once every dataset exists (the tensor stays alive till then).
+  f_->pending.push_back({index, join(group, name), shape, offset, part});
 }
 
 void CheckpointWriter::rank_row(const std::string& group, const std::string& name, const std::vector<uint8_t>& row) {

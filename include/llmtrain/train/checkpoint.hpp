@@ -78,7 +78,10 @@ class CheckpointWriter {
   // asynchronous save's snapshot; nothing is collective then).
   CheckpointWriter(CheckpointOps& ops, const Runtime& rt, int64_t iteration);
   void replay(const CheckpointOps& ops);  // makes the recorded calls on this file
-  // Collective: combines every rank's slice checksums and writes each dataset's crc32c.
+  // Collective: writes this rank's tensor slices (tensor() only creates the
+  // datasets), all in file order; where the file system locks a whole file per
+  // write the ranks of a node take turns (train/checkpoint_turns.hpp). Then
+  // combines every rank's slice checksums and writes each dataset's crc32c.
   void finish();
   // Collective: closes the file. Returns this rank's first failure ("" = none):
   // a failed write does not throw, so every rank makes the same collective calls.
