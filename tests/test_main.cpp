@@ -4,6 +4,8 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "llmtrain/distributed/runtime.hpp"
@@ -12,6 +14,15 @@
 namespace llmtrain::testing {
 Runtime* g_runtime = nullptr;
 Runtime& runtime() { return *g_runtime; }
+
+void exit_skipped(const std::string& why) {
+  std::fprintf(stderr, "SKIPPED: %s\n", why.c_str());
+  std::fflush(stderr);
+  // std::exit does not unwind main(), so its Runtime is ended here, once.
+  if (g_runtime) std::destroy_at(g_runtime);
+  g_runtime = nullptr;
+  std::exit(77);
+}
 
 // Ranks other than 0 print only what failed on them, named by rank: a failure on
 // rank 1 alone must say what it was, not just fail rank 0's exit code.

@@ -11,6 +11,11 @@ namespace llmtrain::testing {
 
 // The Runtime of this test process (MPI initialized by test_main.cpp).
 Runtime& runtime();
+// The whole test binary skips (ctest's code 77): prints "SKIPPED: <why>", ends
+// main()'s Runtime as its destructor does (failure listener stopped, then
+// MPI_Finalize) and exits. A bare MPI_Finalize left the listener's thread in
+// MPI_Iprobe, and the skip was a segfault.
+[[noreturn]] void exit_skipped(const std::string& why);
 
 inline std::string source_dir() {
   const char* s = std::getenv("LLMTRAIN_SOURCE_DIR");

@@ -28,9 +28,7 @@ std::unique_ptr<llmtrain::Tokenizer> load(const std::string& spec) {
   try {
     return make_tokenizer(spec);
   } catch (const DataError& e) {
-    std::fprintf(stderr, "SKIPPED: %s (run tests/tokenizer/fetch-packages.sh)\n", e.what());
-    MPI_Finalize();
-    std::exit(77);
+    llmtrain::testing::exit_skipped(std::string(e.what()) + " (run tests/tokenizer/fetch-packages.sh)");
   }
 }
 

@@ -29,10 +29,7 @@ using llmtrain::make_tokenizer;
 namespace {
 
 [[noreturn]] void skip(const std::string& why) {
-  std::fprintf(stderr, "SKIPPED: %s\n", why.c_str());
-  std::fflush(stderr);
-  MPI_Finalize();
-  std::exit(77);
+  llmtrain::testing::exit_skipped(why);
 }
 
 std::string read_text(const fs::path& p) {
