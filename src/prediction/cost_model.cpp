@@ -93,7 +93,7 @@ double gemm_seconds(const DeviceProfile& p, int64_t m, int64_t n, int64_t k, boo
 // node), never above the links inside the node (docs/performance-model.md).
 double bus_gbps(const DeviceProfile& p, const WorldLayout& w) {
   if (w.world_size <= w.ranks_per_node) return p.intra_node_busbw_gbps;
-  const double node = static_cast<double>(std::min(w.ranks_per_node, w.world_size)) * p.inter_node_busbw_gbps;
+  const double node = static_cast<double>(w.ranks_per_node) * p.inter_node_busbw_gbps;
   return p.intra_node_busbw_gbps > 0 ? std::min(node, p.intra_node_busbw_gbps) : node;
 }
 // nccl-tests' bus-bandwidth convention: an allreduce moves 2(W-1)/W of the
