@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # checkpoint_table.sh [BUILD_DIR] [DIR] [LAYERS] [WIDTH]
 #   env: REPEATS=3 rounds; BASELINE=<another build dir> adds its bench-checkpoint to every
-#        round (an A/B on the same disk); STEP_TABLE=0 skips the step-time table.
+#        round (an A/B on the same disk); BUFFERED=1 adds this build with direct I/O
+#        off (LLMTRAIN_CHECKPOINT_DIRECT_IO=0: every byte through the page cache);
+#        STEP_TABLE=0 skips the step-time table.
 # Checkpoint save/load bandwidth of a full training state (fp32 weights + AdamW
 # moments, ZeRO-1 shards written in parallel) at 1 and 2 writer ranks, next to
 # the disk's ceiling measured in the same rounds: dd writing the same number of
@@ -24,6 +26,7 @@ REPEATS=${REPEATS:-3}
 BASELINE=${BASELINE:-}
 builds=("build=$BUILD")
 [[ -n $BASELINE ]] && builds+=("baseline=$BASELINE")
+[[ ${BUFFERED:-0} == 1 ]] && builds+=("buffered=$BUILD")
 for b in "${builds[@]}"; do
   [[ -x "${b#*=}/bin/bench-checkpoint" ]] ||
     { echo "checkpoint_table: ${b#*=}/bin/bench-checkpoint not built (cmake --build ${b#*=} --target bench-checkpoint)" >&2; exit 1; }
@@ -43,7 +46,8 @@ for ((r = 0; r < REPEATS; r++)); do
   for b in "${builds[@]}"; do
     for np in 1 2; do
       drop
-      line=$(mpiexec -n "$np" "${b#*=}/bin/bench-checkpoint" --dir "$DIR" --layers "$LAYERS" --width "$WIDTH" \
+      direct=1; [[ ${b%%=*} == buffered ]] && direct=0
+      line=$(LLMTRAIN_CHECKPOINT_DIRECT_IO=$direct mpiexec -n "$np" "${b#*=}/bin/bench-checkpoint" --dir "$DIR" --layers "$LAYERS" --width "$WIDTH" \
                --repeats 1 | grep '^{')
       row "$line" "{\"who\": \"${b%%=*}\", \"round\": $r}" >>"$out"
     done
@@ -86,7 +90,7 @@ print(f"checkpoint of {first['params'] / 1e6:.0f}M parameters: {gb:.2f} GB (fp32
 print(f"{'':>8} {'writers':>7} {'save s':>7} {'GB/s':>6} {'of dd':>5} {'[range]':>9} {'of 2 dd':>7} {'[range]':>9} "
       f"{'load s':>6} {'GB/s':>6} {'of dd':>5}  cache")
 best, point3 = 0.0, {}
-for who in ("build", "baseline"):
+for who in ("build", "baseline", "buffered"):
     for np in (1, 2):
         rs = [r for r in rows if r["who"] == who and r.get("ranks") == np]
         if not rs:

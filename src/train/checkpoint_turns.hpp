@@ -7,6 +7,7 @@
 // all its writes. The kernel frees the lock of a rank that dies. Parallel file
 // systems (Lustre, GPFS, BeeGFS, ...) lock byte ranges: their writers run at once.
 #pragma once
+#include <cstddef>
 #include <string>
 
 namespace llmtrain {
@@ -15,6 +16,13 @@ namespace llmtrain {
 // (statfs f_type: ext2/3/4, XFS, btrfs, tmpfs, f2fs, overlayfs, NFS). False when
 // `dir` cannot be statted or its file system is another (parallel) one.
 bool file_system_serializes_writes(const std::string& dir);
+
+// Direct I/O for a checkpoint file at `path` (CheckpointWriter::finish): a
+// local block file system (ext2/3/4, XFS, btrfs, f2fs) and LLMTRAIN_CHECKPOINT_DIRECT_IO
+// not "0". Returns the alignment that file offsets, lengths and buffers of an
+// O_DIRECT write need there (statx's STATX_DIOALIGN, at least the page size),
+// or 0 where direct I/O is not used (another file system; statx cannot say).
+size_t checkpoint_direct_io_alignment(const std::string& path);
 
 // The node-local lock file of the writers to checkpoint files in `dir`:
 // /dev/shm/llmtrain-ckpt-turn-<crc32c of the absolute directory, hex>.lock.

@@ -42,7 +42,8 @@
                   through a save (the disk_full_during_save fault point on rank 1)
                   fails the save on both ranks together, the .tmp goes, training goes
                   on with a warning and the next interval saves; a final save that
-                  fails makes the run exit non-zero.
+                  fails makes the run exit non-zero. The fill half way again on a
+                  small ext4 loop image (direct I/O; a note where loop mounts fail).
   resume_changes  a resume with another learning_rate / grad_clip lists them (console,
                   run log resume_changes); another n_embd is refused naming the key;
                   another data_dir (data_mix) is refused unless resume_allow=data_dir (data_mix).
@@ -437,6 +438,25 @@ elif case == "disk_full":
         print(f"  2 MB disk: refused before writing: {line.strip()[:240]}")
     finally:
         subprocess.run(["umount", disk])
+    # The same fill half way through a save on ext4 (a 48 MB loop image), where the
+    # shares' whole pages are written with direct I/O (O_DIRECT), not through HDF5.
+    img = os.path.join(work, "ext4.img")
+    subprocess.run(["truncate", "-s", "48M", img], check=True)
+    mk = subprocess.run(["mkfs.ext4", "-q", "-F", img], capture_output=True, text=True)
+    if mk.returncode != 0 or subprocess.run(["mount", "-o", "loop", img, disk], capture_output=True).returncode != 0:
+        print(f"  note: no ext4 loop mount here (mkfs.ext4 or mount -o loop failed): the direct-I/O fill not run")
+    else:
+        try:
+            out = os.path.join(disk, "run")
+            p, log = e.train(2, data, out, *flags, "--collective_timeout_s=60",
+                             env={"LLMTRAIN_TEST_DISK_FULL_DURING_SAVE": "1:2"})
+            warn = next((l for l in p.stdout.splitlines() if "ckpt_00000002.h5' not written" in l), None)
+            assert warn and "no space left on device" in warn and "training goes on" in warn, p.stdout
+            names = sorted(os.listdir(os.path.join(out, "checkpoints")))
+            assert names == ["ckpt_00000004.h5", "latest"], names
+            print(f"  ext4 (direct I/O), disk full during iteration 2's save: {warn.strip()[:200]}; then {names}")
+        finally:
+            subprocess.run(["umount", disk])
 
 elif case == "resume_changes":
     data = e.prepare()
