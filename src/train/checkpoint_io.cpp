@@ -159,22 +159,36 @@ void sleeping_barrier(MPI_Comm comm) {
 
 // ---- turns of the writers of one node (train/checkpoint_turns.hpp) ---------------------
 
-bool file_system_serializes_writes(const std::string& dir) {
+namespace {
+
+// The kinds of file system the writer treats apart, from statfs's f_type
+// (linux/magic.h; NFS's from nfs_fs.h): local block file systems (direct I/O;
+// a file's inode lock held for a whole buffered write), others that lock a
+// whole file per write, and the rest (parallel file systems: byte-range locks).
+enum class FsKind { local_block, locks_whole_file, other };
+
+FsKind file_system_kind(const std::string& dir) {
   struct statfs st{};
-  if (::statfs(dir.c_str(), &st) != 0) return false;
-  // f_type magic numbers (linux/magic.h; NFS's from nfs_fs.h).
+  if (::statfs(dir.empty() ? "." : dir.c_str(), &st) != 0) return FsKind::other;
   switch (static_cast<uint64_t>(st.f_type) & 0xffffffffu) {
     case 0xEF53:      // ext2, ext3, ext4
     case 0x58465342:  // XFS
     case 0x9123683E:  // btrfs
-    case 0x01021994:  // tmpfs
     case 0xF2F52010:  // f2fs
+      return FsKind::local_block;
+    case 0x01021994:  // tmpfs
     case 0x794C7630:  // overlayfs
     case 0x6969:      // NFS
-      return true;
+      return FsKind::locks_whole_file;
     default:
-      return false;  // Lustre 0x0BD00BD0, GPFS 0x47504653, BeeGFS 0x19830326, ...: byte-range locks
+      return FsKind::other;  // Lustre 0x0BD00BD0, GPFS 0x47504653, BeeGFS 0x19830326, ...
   }
+}
+
+}  // namespace
+
+bool file_system_serializes_writes(const std::string& dir) {
+  return file_system_kind(dir) != FsKind::other;
 }
 
 std::string checkpoint_turn_lock_path(const std::string& dir) {
@@ -186,19 +200,8 @@ std::string checkpoint_turn_lock_path(const std::string& dir) {
 
 size_t checkpoint_direct_io_alignment(const std::string& path) {
   if (const char* e = std::getenv("LLMTRAIN_CHECKPOINT_DIRECT_IO"); e && std::string(e) == "0") return 0;
-  std::string dir = fs::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  struct statfs st{};
-  if (::statfs(dir.c_str(), &st) != 0) return 0;
-  switch (static_cast<uint64_t>(st.f_type) & 0xffffffffu) {
-    case 0xEF53:      // ext2, ext3, ext4
-    case 0x58465342:  // XFS
-    case 0x9123683E:  // btrfs
-    case 0xF2F52010:  // f2fs
-      break;
-    default:
-      return 0;  // tmpfs has no O_DIRECT; network and parallel file systems keep their own caching
-  }
+  // tmpfs has no O_DIRECT; network and parallel file systems keep their own caching.
+  if (file_system_kind(fs::path(path).parent_path().string()) != FsKind::local_block) return 0;
 #ifdef STATX_DIOALIGN
   struct statx sx{};
   if (::statx(AT_FDCWD, path.c_str(), 0, STATX_DIOALIGN, &sx) != 0 || !(sx.stx_mask & STATX_DIOALIGN) ||

