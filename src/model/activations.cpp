@@ -35,7 +35,7 @@ double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int6
   // dtype (what the matmuls read); r: the residual stream's, the parameters'
   // dtype (fp32 under autocast over fp32 parameters).
   const double e = dtype_bytes(dtype), r = residual_bytes;
-  const double C = m.n_embd, H = m.n_head, K = m.n_kv_head, D = m.head_dim, F = m.ffn_hidden;
+  const double H = m.n_head, K = m.n_kv_head, D = m.head_dim, F = m.ffn_hidden;
   const double T = m.block_size, tokens = static_cast<double>(batch_size) * T;
   // ln_1 and ln_2, each with the matmul that reads it.
   double per_token = 2 * norm_bytes_per_token(m, e, r);
