@@ -6,11 +6,14 @@
 #include <mpi.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+
+#include <deque>
 
 #include "distributed/collectives_impl.hpp"
 #include "distributed/raw_nccl.hpp"
@@ -34,17 +37,49 @@ nccl::DType nccl_type(const torch::Tensor& t) {
   }
 }
 
-// `waited`: the issuing NcclCollectives' waited_s_. The blocking calls are this
-// wait too, so each collective counts once.
+// The compute stream's stalls on collectives, as pairs of timing events around
+// each wait (Collectives::device_waits). Events are reused across iterations.
+class DeviceWaitLog {
+ public:
+  void before(const c10::cuda::CUDAStream& s) { event(2 * used_).record(s); }
+  void after(const c10::cuda::CUDAStream& s) {
+    event(2 * used_ + 1).record(s);
+    ++used_;
+  }
+  int64_t count() const { return static_cast<int64_t>(used_); }
+  double seconds(int64_t from, int64_t to) const {
+    double s = 0.0;
+    for (auto i = static_cast<size_t>(std::max<int64_t>(from, 0)); i < std::min(static_cast<size_t>(to), used_); ++i)
+      s += static_cast<double>(events_[2 * i].elapsed_time(events_[2 * i + 1])) / 1e3;
+    return s;
+  }
+  void reset() { used_ = 0; }
+
+ private:
+  c10::cuda::CUDAEvent& event(size_t i) {
+    while (events_.size() <= i) events_.emplace_back(cudaEventDefault);  // timing on
+    return events_[i];
+  }
+  std::deque<c10::cuda::CUDAEvent> events_;  // never moved once made (move-only)
+  size_t used_ = 0;
+};
+
+// `waited`: the issuing NcclCollectives' waited_s_; `log`: its DeviceWaitLog.
+// The blocking calls are this wait too, so each collective counts once.
 class NcclWork final : public CommWork {
  public:
-  NcclWork(nccl::Event done, c10::DeviceIndex device, double* waited) : done_(done), device_(device), waited_(waited) {}
+  NcclWork(nccl::Event done, c10::DeviceIndex device, double* waited, DeviceWaitLog* log)
+      : done_(done), device_(device), waited_(waited), log_(log) {}
   ~NcclWork() override { nccl::event_destroy(done_); }
   // Orders the caller's current stream after the collective; the host goes on
-  // (the little host time it takes is what waited_seconds() sees).
+  // (the little host time it takes is what waited_seconds() sees). The events
+  // on either side of the dependency time the stream's stall.
   void wait() override {
     add_wait_seconds(*waited_, [&] {
-      nccl::stream_wait_event(c10::cuda::getCurrentCUDAStream(device_).stream(), done_);
+      const auto s = c10::cuda::getCurrentCUDAStream(device_);
+      log_->before(s);
+      nccl::stream_wait_event(s.stream(), done_);
+      log_->after(s);
     });
   }
   bool test() override { return nccl::event_done(done_); }
@@ -53,6 +88,7 @@ class NcclWork final : public CommWork {
   nccl::Event done_;
   c10::DeviceIndex device_;
   double* waited_;
+  DeviceWaitLog* log_;
 };
 
 class NcclCollectives final : public Collectives {
@@ -75,6 +111,9 @@ class NcclCollectives final : public Collectives {
   ~NcclCollectives() override { watchdog_.remove_check(check_id_); }
 
   std::string name() const override { return "nccl"; }
+  int64_t device_waits() const override { return wait_log_.count(); }
+  double device_wait_seconds(int64_t from, int64_t to) const override { return wait_log_.seconds(from, to); }
+  void reset_device_waits() override { wait_log_.reset(); }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
 
@@ -139,7 +178,7 @@ class NcclCollectives final : public Collectives {
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), comm_stream_);
     nccl::Event done = nccl::event_create();
     nccl::event_record(done, comm_stream_.stream());
-    return std::make_unique<NcclWork>(done, device_, &waited_s_);
+    return std::make_unique<NcclWork>(done, device_, &waited_s_, &wait_log_);
   }
 
   Watchdog& watchdog_;
@@ -148,6 +187,7 @@ class NcclCollectives final : public Collectives {
   c10::DeviceIndex device_;
   c10::cuda::CUDAStream comm_stream_;
   std::unique_ptr<nccl::Comm> comm_;
+  DeviceWaitLog wait_log_;
 };
 
 }  // namespace

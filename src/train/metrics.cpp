@@ -213,7 +213,10 @@ std::vector<std::string> check_iteration_record(const nlohmann::json& r, double 
   return errs;
 }
 
-Metrics::Metrics(MetricsSetup setup, const Collectives* comm) : setup_(std::move(setup)), comm_(comm) {}
+Metrics::Metrics(MetricsSetup setup, Collectives* comm)
+    : setup_(std::move(setup)), comm_(comm), timeline_(make_device_timeline(setup_.device)) {}
+
+Metrics::~Metrics() = default;
 
 void Metrics::PhaseScope::close() {
   if (!m_) return;
@@ -221,16 +224,44 @@ void Metrics::PhaseScope::close() {
   m_ = nullptr;
 }
 
-Metrics::Mark Metrics::mark() const { return {Clock::now(), comm_ ? comm_->waited_seconds() : 0.0}; }
+Metrics::Mark Metrics::mark() const {
+  Mark m{Clock::now(), comm_ ? comm_->waited_seconds() : 0.0};
+  if (timeline_ && in_iter_) {
+    m.event = timeline_->record();
+    m.device_waits = comm_ ? comm_->device_waits() : 0;
+  }
+  return m;
+}
 
 void Metrics::charge(Phase p, const Mark& open, const Mark& close) {
+  if (open.event >= 0 && close.event >= 0) {  // CUDA: resolved in end_iter
+    spans_.push_back({p, open, close});
+    return;
+  }
   add_phase(p, std::chrono::duration<double>(close.time - open.time).count());
   move_seconds(p, Phase::communication, close.comm_waited_s - open.comm_waited_s);
+}
+
+// After the device synchronization: each span's GPU time to its phase, the
+// compute stream's stalls on collectives inside it (and any host waits, during
+// which the stream ran dry) to communication.
+void Metrics::charge_device_spans() {
+  for (const Span& s : spans_) {
+    add_phase(s.phase, timeline_->seconds(s.open.event, s.close.event));
+    const double device_wait = comm_ ? comm_->device_wait_seconds(s.open.device_waits, s.close.device_waits) : 0.0;
+    move_seconds(s.phase, Phase::communication, device_wait + (s.close.comm_waited_s - s.open.comm_waited_s));
+  }
+  spans_.clear();
 }
 
 void Metrics::start_iter() {
   reset_allocated_peak(setup_.device);  // each record's allocated_peak_bytes is its own iteration's
   phase_s_.fill(0.0);
+  spans_.clear();
+  if (timeline_) {
+    timeline_->reset();
+    if (comm_) comm_->reset_device_waits();
+  }
   in_iter_ = true;
   iter_t0_ = Clock::now();
 }
@@ -248,6 +279,7 @@ IterationMetrics Metrics::end_iter(int64_t iter, double loss, double lr, std::op
   const auto t1 = Clock::now();
   const double dt_s = in_iter_ ? std::chrono::duration<double>(t1 - iter_t0_).count() : 0.0;
   in_iter_ = false;
+  if (timeline_) charge_device_spans();
   IterationMetrics m = compute_iteration_metrics(setup_, iter, dt_s, setup_.tokens_per_iter);
   m.loss = loss;
   m.lr = lr;

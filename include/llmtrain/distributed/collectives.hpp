@@ -60,6 +60,21 @@ class Collectives {
   // on GPUs this stays near 0. Read and advanced on the issuing thread only.
   double waited_seconds() const { return waited_s_; }
 
+  // The device's side of the same (NCCL on CUDA): each CommWork::wait() puts a
+  // pair of timing events on the caller's stream around its dependency on the
+  // collective, and the time between them is how long that stream stood still
+  // waiting for it: the compute stream's exposed communication. Counted from
+  // reset_device_waits(); device_wait_seconds(from, to) sums waits [from, to)
+  // and may be read only after a device synchronization. 0 where the host
+  // waits itself (MPI: waited_seconds() is the whole truth there).
+  virtual int64_t device_waits() const { return 0; }
+  virtual double device_wait_seconds(int64_t from, int64_t to) const {
+    (void)from;
+    (void)to;
+    return 0.0;
+  }
+  virtual void reset_device_waits() {}
+
  protected:
   int64_t calls_ = 0;
   double waited_s_ = 0;  // implementations add to it (distributed/timed_wait.hpp)

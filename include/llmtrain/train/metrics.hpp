@@ -15,6 +15,7 @@
 #include <torch/types.h>
 
 #include "llmtrain/prediction/device_peaks.hpp"
+#include "llmtrain/train/device_timeline.hpp"
 
 namespace llmtrain {
 
@@ -108,15 +109,22 @@ class Metrics {
   // `comm`: the run's collectives, whose waits inside a phase count as
   // communication (see PhaseScope); null: phases are plain wall time. It must
   // outlive this object.
-  explicit Metrics(MetricsSetup setup, const Collectives* comm = nullptr);
+  // On a CUDA device the phases are GPU time (DeviceTimeline: events on the
+  // compute stream where each phase opens and closes, read in end_iter), and
+  // the waits moved to communication are the compute stream's stalls on the
+  // collectives (Collectives::device_waits) plus any host waits.
+  explicit Metrics(MetricsSetup setup, Collectives* comm = nullptr);
+  ~Metrics();
 
   // Where a phase opens or closes: the host clock and the collectives' wait
-  // counter (Collectives::waited_seconds). Measuring phases with CUDA events
-  // would record an event here as well and resolve each phase's span in
-  // end_iter, after its device synchronization, instead of at close.
+  // counter (Collectives::waited_seconds); on CUDA also an event on the
+  // compute stream and the collectives' count of device waits, resolved in
+  // end_iter after its device synchronization instead of at close.
   struct Mark {
     Clock::time_point time;
     double comm_waited_s = 0.0;
+    int event = -1;               // DeviceTimeline index (CUDA)
+    int64_t device_waits = 0;     // Collectives::device_waits() (CUDA)
   };
 
   // One phase of the current iteration, open while it lives (micro-batches add
@@ -166,8 +174,16 @@ class Metrics {
   // to Phase::communication.
   void charge(Phase p, const Mark& open, const Mark& close);
   void add_phase(Phase p, double seconds) { phase_s_[static_cast<int>(p)] += seconds; }
+  // CUDA: the phase spans of the iteration so far, charged in end_iter.
+  struct Span {
+    Phase phase;
+    Mark open, close;
+  };
+  void charge_device_spans();
   MetricsSetup setup_;
-  const Collectives* comm_ = nullptr;
+  Collectives* comm_ = nullptr;
+  std::unique_ptr<DeviceTimeline> timeline_;  // null on the CPU
+  std::vector<Span> spans_;
   Clock::time_point iter_t0_{};
   bool in_iter_ = false;
   std::array<double, kNumPhases> phase_s_{};
