@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh BUILD_DIR DATA_DIR [OUT_DIR] — the checks that need an NVIDIA GPU, in one
+# pass under a time budget, for a GPU machine that is lent for minutes (docs/gpu.md).
+#
+#   GPU_CHECK_BUDGET_S=540 scripts/gpu-check.sh build /tmp/data /tmp/gpu-check
+#
+# BUILD_DIR: a CUDA build with tests (LLMTRAIN_BUILD_TESTS=ON); DATA_DIR: token shards from
+# llmtrain-prepare (any tokenizer: the presets keep their own vocabularies). MPI's mpirun on PATH.
+# Stages, in this order; each is skipped, with a line saying so, when the budget is spent or its
+# name is in GPU_CHECK_SKIP (space-separated):
+#   facts      the GPU, driver, compiler, torch and llmtrain --version
+#   suite      the CPU suite (ctest -LE "slurm|gpu", GPU_CHECK_CTEST_J jobs) in the background, with
+#              no GPU visible (CUDA_VISIBLE_DEVICES=""): the tests CI runs, on this machine's build
+#   gpu-tests  ctest -L gpu in the background, except gpu_presets (the presets stage runs the
+#              shipped batches)
+#   refusal    a batch no GPU holds: refused by the memory plan against cudaMemGetInfo, in seconds
+#   presets    every inputs/full_*.cfg as shipped for 3 iterations: the measured peak against the
+#              memory plan's prediction and against GPU_CHECK_CARD_GIB (79.18: what an 80 GB H100
+#              has for tensors), or the plan's refusal, then a run at the largest batch it names
+#   templates  jobs/tier1..3.sbatch through mpirun at one rank (ITERS=GPU_CHECK_ITERS)
+#   compare    benchmarks/compare_pytorch.sh --device cuda: llmtrain against PyTorch eager and
+#              torch.compile on the LLaMA-2 1.36B preset
+#   calibrate  llmtrain --calibrate: this GPU's measured device profile
+# OUT_DIR gets summary.txt (written as the stages end) and logs.tar.gz (every log and run log).
+set -u
+B=$(cd "${1:?usage: gpu-check.sh BUILD_DIR DATA_DIR [OUT_DIR]}" && pwd)
+DATA=$(cd "${2:?usage: gpu-check.sh BUILD_DIR DATA_DIR [OUT_DIR]}" && pwd)
+O=${3:-${OUT:-/tmp/gpu-check}}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+W=${GPU_CHECK_WORK:-/tmp/gpu-check-work}
+T0=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET_S:-540}
+CARD_GIB=${GPU_CHECK_CARD_GIB:-79.18}
+ITERS=${GPU_CHECK_ITERS:-12}
+CTEST_J=${GPU_CHECK_CTEST_J:-6}
+PY=${LLMTRAIN_PYTHON:-python3}
+DEV=${GPU_CHECK_DEVICE:-cuda}   # cpu: a dry run of this script on a machine without a GPU
+mkdir -p "$O" "$W"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LLMTRAIN_PROGRESS=off PYTHONUNBUFFERED=1
+S=$O/summary.txt
+: >"$S"
+say() { printf '[%4ds] %s\n' $(($(date +%s) - T0)) "$*" | tee -a "$S"; }
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
+# stage NAME SECONDS_NEEDED: false (and a line) when fewer are left
+stage() {
+  local l; l=$(left)
+  if [[ " ${GPU_CHECK_SKIP:-} " == *" $1 "* ]]; then say "SKIPPED $1: GPU_CHECK_SKIP"; return 1; fi
+  if ((l < $2)); then say "SKIPPED $1: ${l} s left of the budget, it needs about $2 s"; return 1; fi
+  say "== $1"
+}
+finish() {
+  [[ -n "${SUITE_PID:-}" ]] && kill -0 "$SUITE_PID" 2>/dev/null && { say "suite: still running at the end of the budget, stopped"; pkill -P "$SUITE_PID"; kill "$SUITE_PID"; }
+  [[ -f $W/ctest_cpu.log ]] && grep -E "tests passed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|\(Not Run\)" "$W/ctest_cpu.log" | sed 's/^/  suite: /' | tee -a "$S"
+  [[ -n "${GPUT_PID:-}" ]] && kill -0 "$GPUT_PID" 2>/dev/null && { say "gpu-tests: still running at the end of the budget, stopped"; pkill -P "$GPUT_PID"; kill "$GPUT_PID"; }
+  tar -C "$W" -czf "$O/logs.tar.gz" --exclude='*/checkpoints/*' --exclude='*.h5' . 2>/dev/null
+  say "done: $O/summary.txt, $O/logs.tar.gz"
+}
+trap finish EXIT
+run1() { mpirun -np 1 --bind-to none "$@"; }   # one rank, as srun would start it
+# The run log's figures: name, status, steady tokens/s and MFU, peak bytes (the allocator's).
+runlog() {
+  "$PY" - "$1" "$CARD_GIB" <<'EOF'
+import glob, json, sys
+logs = sorted(glob.glob(sys.argv[1] + "/run_*.json"))
+if not logs:
+    print("no run log"); sys.exit()
+j = json.load(open(logs[-1])); s = j.get("summary", {}); it = j.get("training_iterations", [])
+ph, last = {}, (it[-1] if it else {})
+if it:
+    ph = {k[:-3]: round(last.get(k, 0), 1) for k in ("data_ms", "forward_backward_ms", "communication_ms", "optimizer_ms", "other_ms")}
+print(f"status {s.get('status')} | {s.get('tokens_per_sec', 0):.0f} tok/s | MFU {s.get('mfu', 'n/a')} | "
+      f"step {last.get('dt_ms', 0):.1f} ms | peak {s.get('allocated_peak_bytes', 0) / 1e9:.2f} GB"
+      f" (reserved {max((r.get('memory_reserved_gb') or 0) for r in it) if it else 0:.2f} GB;"
+      f" {'fits' if s.get('allocated_peak_bytes', 0) <= float(sys.argv[2]) * 2**30 else 'does NOT fit'} {sys.argv[2]} GiB)"
+      f" | last step phases ms {ph} | warm-up left out {s.get('warmup_iters_skipped')}"
+      + (f" | errors {j['errors'][:2]}" if j.get("errors") else ""))
+EOF
+}
+
+if stage facts 1; then
+  nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$S"
+  { gcc --version | head -1; "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"; "$B/bin/llmtrain" --version; } 2>&1 | tee -a "$S"
+fi
+
+if stage suite 60; then
+  ( cd "$B" && CUDA_VISIBLE_DEVICES="" timeout $(($(left) - 15)) ctest -j"$CTEST_J" -LE "slurm|gpu" --timeout 400 --output-on-failure ) >"$W/ctest_cpu.log" 2>&1 &
+  SUITE_PID=$!
+  say "suite: started in the background (ctest -j$CTEST_J -LE 'slurm|gpu', no GPU visible)"
+fi
+
+if stage gpu-tests 60; then
+  ( cd "$B" && timeout $(($(left) - 15)) ctest -L gpu -E gpu_presets --output-on-failure ) >"$W/ctest_gpu.log" 2>&1 &
+  GPUT_PID=$!
+  say "gpu-tests: started in the background (ctest -L gpu -E gpu_presets)"
+fi
+
+if stage refusal 20; then
+  t=$(date +%s)
+  run1 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --data_dir="$DATA" --device="$DEV" --batch_size=256 \
+    --max_iters=1 --out_dir="$W/refusal" >"$W/refusal.log" 2>&1
+  say "refusal: rc $? after $(($(date +%s) - t)) s: $(grep -m1 "memory_check" "$W/refusal.log" | cut -c1-420)"
+fi
+
+if stage presets 40; then
+  for cfg in "$SRC"/inputs/full_*.cfg; do
+    n=$(basename "$cfg" .cfg)
+    ((  $(left) > 30 )) || { say "SKIPPED $n: budget"; continue; }
+    common=(--data_dir="$DATA" --device="$DEV" --max_iters=3 --log_interval=1 --eval_interval=1000000 --eval_iters=1)
+    run1 "$B/bin/llmtrain" "$cfg" --out_dir="$W/$n" "${common[@]}" >"$W/$n.log" 2>&1
+    rc=$?
+    if grep -q "memory_check: predicted peak" "$W/$n.log"; then
+      say "$n as shipped: refused (rc $rc): $(grep -m1 "memory_check: predicted peak" "$W/$n.log" | cut -c1-420)"
+      nb=$(grep -m1 -o "the largest micro-batch that fits is batch_size=[0-9]*" "$W/$n.log" | grep -o "[0-9]*$")
+      if [[ -n "$nb" && "$nb" != 0 ]]; then
+        run1 "$B/bin/llmtrain" "$cfg" --out_dir="$W/${n}_b$nb" --batch_size="$nb" "${common[@]}" >"$W/${n}_b$nb.log" 2>&1
+        say "$n at batch $nb (the plan's largest): rc $? | $(runlog "$W/${n}_b$nb")"
+      fi
+    else
+      say "$n as shipped: rc $rc | $(runlog "$W/$n")"
+      ((rc == 0)) || tail -5 "$W/$n.log" | sed 's/^/    /' | tee -a "$S"
+    fi
+    grep -m2 -E "^memory|attention:" "$W/$n.log" | sed 's/^/    /' | tee -a "$S"
+  done
+fi
+
+# The template runs and the comparison are timings: the GPU tests end first.
+if [[ -n "${GPUT_PID:-}" ]]; then
+  while kill -0 "$GPUT_PID" 2>/dev/null && (($(left) > 15)); do sleep 1; done
+  grep -E "tests passed|Test +#|SKIP" "$W/ctest_gpu.log" | tee -a "$S"
+  GPUT_PID=""
+fi
+if stage templates 60; then
+  for t in tier1 tier2 tier3; do
+    ((  $(left) > 40 )) || { say "SKIPPED $t: budget"; continue; }
+    LLMTRAIN_LAUNCHER=mpirun LLMTRAIN_JOBS_DIR="$SRC/jobs" LLMTRAIN_ROOT="$SRC" LLMTRAIN_BIN="$B/bin" \
+      DATA_DIR="$DATA" OUT_ROOT="$W/jobs" OUT_DIR="$W/jobs/$t" ITERS="$ITERS" EXTRA_ARGS="--eval_iters=2" \
+      timeout $(($(left) - 20)) bash "$SRC/jobs/$t.sbatch" >"$W/$t.log" 2>&1
+    say "$t: rc $? | $(runlog "$W/jobs/$t")"
+    grep -m3 -E "attention:|MFU|peak" "$W/jobs/$t/console.log" 2>/dev/null | sed 's/^/    /' | tee -a "$S"
+  done
+fi
+
+if stage compare 150; then
+  LLMTRAIN_PYTHON=$PY timeout $(($(left) - 25)) bash "$SRC/benchmarks/compare_pytorch.sh" --build "$B" --device "$DEV" \
+    --configs llama_1.36b --rounds 1 --iters 8 --warmup 4 --deadline_s $(($(left) - 60)) \
+    --data "$W/compare-data" --json "$W/compare.json" >"$W/compare.log" 2>&1
+  say "compare: rc $?"
+  sed -n '/^llmtrain vs PyTorch/,$p' "$W/compare.log" | tee -a "$S"
+  [[ -s $W/compare.json ]] || tail -8 "$W/compare.log" | sed 's/^/    /' | tee -a "$S"
+fi
+
+if stage calibrate 45; then
+  timeout $(($(left) - 10)) "$B/bin/llmtrain" --calibrate --device="$DEV" --out_dir="$W/calibrate" >"$W/calibrate.log" 2>&1
+  say "calibrate: rc $? | $(tail -3 "$W/calibrate.log" | tr '\n' ' ' | cut -c1-600)"
+fi
+
+if [[ -n "${SUITE_PID:-}" ]]; then
+  while kill -0 "$SUITE_PID" 2>/dev/null && (($(left) > 15)); do sleep 2; done
+fi
