@@ -4,77 +4,144 @@
 For each preset x dtype it runs llmtrain (1 rank; plain, and compile=True: the
 fused LM head + cross-entropy), PyTorch eager and PyTorch + torch.compile
 (benchmarks/python_reference.py, the same model written plainly) alternately,
-A B C D A B C D ..., with the same threads, the same synthetic GPT-2
-token ids and the same global batch, and prints one table: median ms/step
+A B C D A B C D ..., with the same threads, the same synthetic token ids
+(uniform below the preset's vocab_size, at most 65536: the .bin files hold
+uint16) and the same global batch, and prints one table: median ms/step
 (median over rounds of each run's median over its timed steps, warm-up
 excluded), tokens/s, peak RSS (the process's max resident set, measured the same
-way for all: GNU time's %M) and the ratios. Then llmtrain's scaling on
+way for all: GNU time's %M; blank without /usr/bin/time) and the ratios. Then llmtrain's scaling on
 this machine: 1 rank x 2 threads against 2 ranks x 1 thread on the same global
 batch, and weak scaling 1 -> 2 ranks (1 thread each).
 
   benchmarks/compare_pytorch.sh                      # all of it (about 20 min on 2 cores)
   benchmarks/compare_pytorch.sh --configs gpt2_small --dtypes float32 --rounds 2
+
+--device cuda: the same four on one GPU (llmtrain --device=cuda; PyTorch with
+the model and data on the GPU, bf16 autocast over fp32 parameters, fused AdamW,
+SDPA attention), by default the LLaMA-2 1.36B preset (inputs/full_llama_1.36b.cfg;
+also gpt2_1.36b, llama3_1.5b) at its batch 8 x 2048 in bfloat16, one micro-batch
+per step (--accum 1; the presets' 8 on request), 10 timed steps after 5 warm-up.
+The table has ms/step, tokens/s, MFU, peak GPU memory (the most bytes of tensors
+held at once: llmtrain's run log summary.allocated_peak_bytes, PyTorch's
+torch.cuda.max_memory_allocated(); GB = 1e9 bytes) and llmtrain's ms/step over
+torch.compile's and eager's. llmtrain's MFU is its run log's (per-iteration
+`mfu`, median over the timed steps); PyTorch's applies llmtrain's FLOPs/token and
+peak of the same preset and dtype (the run log's startup_info.mfu) to its
+tokens/s. No scaling section. llmtrain's out_dir (its run ends with an
+evaluation and a checkpoint, after the timed steps) is under /dev/shm when that
+has 40 GB free. A run that fails (out of memory ...) is shown as failed and the
+others go on (exit status 1 at the end); --deadline_s stops starting runs (and
+kills the one in flight) after that many seconds so the table always prints,
+and --json FILE is rewritten after every run:
+
+  benchmarks/compare_pytorch.sh --device cuda --configs llama_1.36b --rounds 1 --iters 10 --warmup 5 --deadline_s 240
 """
 import argparse
 import glob
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PRESETS = {"gpt2_small": "inputs/bench_gpt2_small.cfg", "llama_small": "inputs/bench_llama_small.cfg",
-           "gpt2_124m": "inputs/bench_gpt2_124m.cfg"}
+           "gpt2_124m": "inputs/bench_gpt2_124m.cfg", "llama_1.36b": "inputs/full_llama_1.36b.cfg",
+           "gpt2_1.36b": "inputs/full_gpt2_1.36b.cfg", "llama3_1.5b": "inputs/full_llama3_1.5b_optimal.cfg"}
+# Defaults per device: (configs, dtypes, timed steps, warm-up steps, micro-batches per step; None = the preset's).
+DEVICE_DEFAULTS = {"cpu": ("gpt2_small,llama_small,gpt2_124m", "float32,bfloat16", 20, 5, None),
+                   "cuda": ("llama_1.36b", "bfloat16", 10, 5, 1)}
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "LLMTRAIN_PROGRESS": "off"}
 
 
-def run_timed(cmd, env, log):
-    """Runs cmd under GNU time; returns (stdout, max RSS in MB)."""
+class RunFailed(Exception):
+    """A run that exited non-zero or was killed at the deadline (killed); the message says which, then its output."""
+
+    def __init__(self, msg, killed):
+        super().__init__(msg)
+        self.killed = killed
+
+
+def run_timed(cmd, env, log, timeout=None, strict=True):
+    """Runs cmd under GNU time (without it when /usr/bin/time is missing: no RSS)
+    in a process group of its own; returns (stdout, max RSS in MB or None).
+    After `timeout` seconds the whole group is killed. A failed or killed run
+    exits this script when strict, else raises RunFailed."""
     rss_file = tempfile.mktemp()
-    full = ["/usr/bin/time", "-f", "%M", "-o", rss_file] + cmd
-    p = subprocess.run(full, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = ["/usr/bin/time", "-f", "%M", "-o", rss_file] if os.access("/usr/bin/time", os.X_OK) else []
+    p = subprocess.Popen(timer + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        why = f"failed (exit {p.returncode})" if p.returncode != 0 else None
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # SIGKILL, not TERM: llmtrain saves a checkpoint on TERM
+        out, _ = p.communicate()
+        why = f"killed at the deadline after {timeout:.0f} s"
     with open(log, "a") as f:
-        f.write("$ " + " ".join(cmd) + "\n" + p.stdout + "\n")
-    if p.returncode != 0:
-        sys.exit(f"compare_pytorch: failed (exit {p.returncode}): {' '.join(cmd)}\n"
-                 + "\n".join(p.stdout.splitlines()[-15:]) + f"\n(full output in {log})")
-    rss = int(open(rss_file).read().split()[-1]) / 1024
-    os.unlink(rss_file)
-    return p.stdout, rss
+        f.write("$ " + " ".join(cmd) + "\n" + out + "\n")
+    try:
+        rss = int(open(rss_file).read().split()[-1]) / 1024 if timer and why is None else None
+    finally:
+        if os.path.exists(rss_file):
+            os.unlink(rss_file)
+    if why is not None:
+        msg = (f"{why}: {' '.join(cmd)}\n" + "\n".join(out.splitlines()[-15:]) + f"\n(full output in {log})")
+        if strict:
+            sys.exit("compare_pytorch: " + msg)
+        raise RunFailed(msg, why.startswith("killed"))
+    return out, rss
 
 
-def make_data(build, data_dir, python, log):
-    """Synthetic GPT-2 token ids (uniform, seeded) as nanoGPT .bin files and as
-    llmtrain HDF5 shards imported from them: both sides read the same tokens."""
+def preset_vocab(preset):
+    """The preset's vocab_size (its `vocab_size = N` line)."""
+    for line in open(os.path.join(ROOT, preset)):
+        k, _, v = line.split("#", 1)[0].partition("=")
+        if k.strip() == "vocab_size":
+            return int(v)
+    sys.exit(f"compare_pytorch: {preset} sets no vocab_size")
+
+
+def make_data(build, data_root, vocab, python, log):
+    """Synthetic token ids (uniform below min(vocab, 65536), seeded) as nanoGPT
+    .bin files and as llmtrain HDF5 shards imported from them, cached per
+    vocabulary in data_root/vocab<N>: both sides read the same tokens. Returns
+    (the .bin directory, the HDF5 directory)."""
+    ids = min(vocab, 65536)  # nanoGPT's .bin files (and --from_nanogpt) hold uint16 ids
+    data_dir = os.path.join(data_root, f"vocab{ids}")
     h5 = os.path.join(data_dir, "h5")
     if os.path.exists(os.path.join(h5, "index.json")):
-        return h5
+        return data_dir, h5
     os.makedirs(data_dir, exist_ok=True)
     subprocess.run([python, "-c",
-                    "import numpy as np, sys; r = np.random.default_rng(1234);"
-                    "r.integers(0, 50257, size=4_000_000, dtype=np.uint16).tofile(sys.argv[1] + '/train.bin');"
-                    "r.integers(0, 50257, size=200_000, dtype=np.uint16).tofile(sys.argv[1] + '/val.bin')",
-                    data_dir], check=True)
+                    "import numpy as np, sys; r = np.random.default_rng(1234); n = int(sys.argv[2]);"
+                    "r.integers(0, n, size=4_000_000, dtype=np.uint16).tofile(sys.argv[1] + '/train.bin');"
+                    "r.integers(0, n, size=200_000, dtype=np.uint16).tofile(sys.argv[1] + '/val.bin')",
+                    data_dir, str(ids)], check=True)
     run_timed([os.path.join(build, "bin", "llmtrain-prepare"), "--out_dir", h5, "--from_nanogpt", data_dir,
-               "--vocab_size", "50257", "--tokenizer_name", "gpt2"], {**os.environ, **MPI_ENV}, log)
-    return h5
+               "--vocab_size", str(ids), "--tokenizer_name", "gpt2" if ids == 50257 else "synthetic",
+               "--overwrite"], {**os.environ, **MPI_ENV}, log)
+    return data_dir, h5
 
 
 def llmtrain_cmd(a, preset, dtype, h5, out, ranks, threads, batch, fused=False):
     exe = os.path.join(a.build, "bin", "llmtrain")
     args = [exe, os.path.join(ROOT, preset), f"--data_dir={h5}", f"--dtype={dtype}", f"--num_threads={threads}",
             f"--max_iters={a.warmup + a.iters}", f"--warmup_report_iters={a.warmup}", f"--out_dir={out}",
-            "--eval_interval=100000", "--eval_iters=1", "--device=cpu"]
+            "--eval_interval=100000", "--eval_iters=1", f"--device={a.device}"]
     if batch:
         args.append(f"--batch_size={batch}")
+    if a.accum:
+        args.append(f"--gradient_accumulation_steps={a.accum}")
     if fused:
         args.append("--compile=True")
-    return (["mpiexec", "-n", str(ranks), "--bind-to", "none"] + args) if ranks > 1 else args
+    return (["mpiexec", "-n", str(ranks), "--bind-to", "none"] + args) if ranks > 1 or a.device == "cuda" else args
 
 
 def llmtrain_result(out):
@@ -85,86 +152,229 @@ def llmtrain_result(out):
     it = j["training_iterations"]
     skip = j["summary"].get("warmup_iters_skipped", 0)
     dts = [r["dt_ms"] for r in it[skip:]]
-    return {"median_ms": statistics.median(dts), "tokens": it[-1]["tokens"], "final_loss": it[-1]["loss"]}
+    m = {"median_ms": statistics.median(dts), "tokens": it[-1]["tokens"], "final_loss": it[-1].get("loss")}
+    # GPU figures (docs/run-log.md): MFU per iteration (absent where the peak is unknown), the most bytes of
+    # tensors held at once, and the FLOPs/token and peak that PyTorch's MFU is computed with.
+    mfus = [r["mfu"] for r in it[skip:] if "mfu" in r]
+    if mfus:
+        m["mfu"] = statistics.median(mfus)
+    peak = j["summary"].get("allocated_peak_bytes", max((r.get("allocated_peak_bytes", 0) for r in it), default=0))
+    if peak:
+        m["allocated_peak_bytes"] = peak
+    si = j.get("startup_info", {})
+    m["mfu_basis"] = {k: si.get("mfu", {}).get(k) for k in ("flops_per_token", "peak_tflops_total", "peak_basis",
+                                                             "convention")}
+    m["device_name"] = si.get("config", {}).get("device_name")
+    m["params"] = si.get("model", {}).get("num_params")
+    return m
+
+
+def write_json(path, raw):
+    """Rewrites path with every measurement so far (atomically: a kill leaves the previous version)."""
+    if path:
+        with open(path + ".tmp", "w") as f:
+            json.dump(raw, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
+def fmt(v, spec, none=""):
+    return none if v is None else format(v, spec)
 
 
 def main():
+    t_start = time.monotonic()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--python", default=sys.executable, help="the Python whose torch llmtrain links")
-    ap.add_argument("--configs", default="gpt2_small,llama_small,gpt2_124m")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: llmtrain --device=cuda and PyTorch on the GPU, GPU columns, no scaling section")
+    ap.add_argument("--configs", help="names in PRESETS or preset paths (default: cpu: gpt2_small,llama_small,"
+                                      "gpt2_124m; cuda: llama_1.36b)")
+    ap.add_argument("--dtypes", help="default: cpu: float32,bfloat16; cuda: bfloat16")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=20, help="timed steps per run")
-    ap.add_argument("--warmup", type=int, default=5, help="steps per run before timing")
+    ap.add_argument("--iters", type=int, help="timed steps per run (default: cpu 20, cuda 10)")
+    ap.add_argument("--warmup", type=int, help="steps per run before timing (default 5)")
+    ap.add_argument("--accum", type=int, help="micro-batches per step on both sides (gradient_accumulation_steps; "
+                                              "default: cpu: the preset's, cuda: 1; 0 = the preset's)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "llmtrain-compare-data"))
     ap.add_argument("--no-scaling", action="store_true")
-    ap.add_argument("--json", help="also write every measurement here")
+    ap.add_argument("--deadline_s", type=float, help="no run starts after this many seconds (from the start of "
+                                                     "this script) and one still going then is killed; the table "
+                                                     "prints what finished")
+    ap.add_argument("--json", help="also write every measurement here (rewritten after each run)")
     a = ap.parse_args()
+    configs, dtypes, iters, warmup, accum = DEVICE_DEFAULTS[a.device]
+    a.configs = a.configs or configs
+    a.dtypes = a.dtypes or dtypes
+    a.iters = iters if a.iters is None else a.iters
+    a.warmup = warmup if a.warmup is None else a.warmup
+    a.accum = accum if a.accum is None else a.accum
+    cuda = a.device == "cuda"
     for exe in ("llmtrain", "llmtrain-prepare"):
         if not os.access(os.path.join(a.build, "bin", exe), os.X_OK):
             sys.exit(f"compare_pytorch: {a.build}/bin/{exe} not built (cmake --build {a.build})")
+
+    def time_left():  # seconds to the deadline; None without one
+        return None if a.deadline_s is None else a.deadline_s - (time.monotonic() - t_start)
+
     log = os.path.join(tempfile.gettempdir(), "compare_pytorch.log")
     open(log, "w").close()
     env = {**os.environ, **MPI_ENV, "OMP_NUM_THREADS": str(a.threads)}
-    h5 = make_data(a.build, a.data, a.python, log)
     torch_version = subprocess.run([a.python, "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
-    work = tempfile.mkdtemp(prefix="compare_pytorch_")
-    rows, raw = [], []
+    # llmtrain's run ends with an evaluation and a checkpoint (val loss improved; after the timed steps): on a GPU
+    # that is GBs (15.5 GB at 1.36B), written faster to a tmpfs when it has room; each run's out_dir is removed after.
+    shm = cuda and os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free > 40e9
+    work = tempfile.mkdtemp(prefix="compare_pytorch_", dir="/dev/shm" if shm else None)
+    rows, raw, notes = [], [], []
+    failed = stopped = False
     # llmtrain: the plain path; llmtrain_fused: compile=True (LM head + cross-entropy
     # fused in chunks), what the targets are measured with.
     impls = ["llmtrain", "llmtrain_fused", "pytorch_eager", "pytorch_compile"]
     for name in a.configs.split(","):
         preset = PRESETS.get(name, name)
+        if time_left() is not None and time_left() <= 0:
+            stopped = True
+            break
+        data_dir, h5 = make_data(a.build, a.data, preset_vocab(preset), a.python, log)
         for dtype in a.dtypes.split(","):
             res = {i: [] for i in impls}
             for r in range(a.rounds):
                 k = r % len(impls)
                 order = impls[k:] + impls[:k]  # rotate who goes first
                 for impl in order:
-                    if impl.startswith("llmtrain"):
-                        out = os.path.join(work, f"{name}_{dtype}_{r}")
-                        _, rss = run_timed(llmtrain_cmd(a, preset, dtype, h5, out, 1, a.threads, 0,
-                                                        fused=impl == "llmtrain_fused"), env, log)
-                        m = llmtrain_result(out)
-                        shutil.rmtree(out, ignore_errors=True)
-                        m.update(peak_rss_mb=rss, startup_s=None)
-                    else:
-                        stdout, rss = run_timed(
-                            [a.python, os.path.join(HERE, "python_reference.py"), os.path.join(ROOT, preset),
-                             f"dtype={dtype}", "--mode", impl.split("_")[1], "--data",
-                             os.path.join(a.data, "train.bin"), "--iters", str(a.iters), "--warmup",
-                             str(a.warmup), "--threads", str(a.threads)], env, log)
-                        m = json.loads([l for l in stdout.splitlines() if l.startswith("{")][-1])
-                        m["peak_rss_mb"] = rss
-                        m["tokens"] = m["batch"] * m["block"]
+                    left = time_left()
+                    if left is not None and left <= 0:
+                        stopped = True
+                        break
+                    try:
+                        if impl.startswith("llmtrain"):
+                            out = os.path.join(work, f"{os.path.basename(name)}_{dtype}_{r}_{impl}")
+                            _, rss = run_timed(llmtrain_cmd(a, preset, dtype, h5, out, 1, a.threads, 0,
+                                                            fused=impl == "llmtrain_fused"), env, log, left, False)
+                            m = llmtrain_result(out)
+                            shutil.rmtree(out, ignore_errors=True)
+                            m.update(peak_rss_mb=rss, startup_s=None)
+                            if cuda and "allocated_peak_bytes" in m:
+                                m["peak_gpu_bytes"] = m["allocated_peak_bytes"]
+                        else:
+                            stdout, rss = run_timed(
+                                [a.python, os.path.join(HERE, "python_reference.py"), os.path.join(ROOT, preset),
+                                 f"dtype={dtype}"] + ([f"gradient_accumulation_steps={a.accum}"] if a.accum else [])
+                                + ["--mode", impl.split("_")[1], "--data", os.path.join(data_dir, "train.bin"),
+                                   "--iters", str(a.iters), "--warmup", str(a.warmup), "--threads", str(a.threads),
+                                   "--device", a.device], env, log, left, False)
+                            m = json.loads([l for l in stdout.splitlines() if l.startswith("{")][-1])
+                            m["peak_rss_mb"] = rss
+                            m["tokens"] = m["batch"] * m["block"]
+                    except RunFailed as e:
+                        if impl.startswith("llmtrain"):
+                            shutil.rmtree(out, ignore_errors=True)
+                        failed, stopped = failed or not e.killed, stopped or e.killed
+                        m = {"failed": str(e).splitlines()[0], "killed": e.killed}
+                        print(f"compare_pytorch: {name} {dtype} {impl} {e}", file=sys.stderr, flush=True)
                     m.update(impl=impl, config=name, dtype=dtype, round=r)
                     res[impl].append(m)
                     raw.append(m)
-                    print(f"  {name} {dtype} round {r + 1}/{a.rounds} {impl}: {m['median_ms']:.1f} ms/step",
+                    write_json(a.json, raw)
+                    if "failed" in m:
+                        continue
+                    print(f"  {name} {dtype} round {r + 1}/{a.rounds} {impl}: {m['median_ms']:.1f} ms/step"
+                          + (f", MFU {m['mfu']:.1f}%" if "mfu" in m else "")
+                          + (f", peak {m['peak_gpu_bytes'] / 1e9:.2f} GB" if "peak_gpu_bytes" in m else ""),
                           file=sys.stderr, flush=True)
-            med = {i: statistics.median(x["median_ms"] for x in res[i]) for i in impls}
+                if stopped:
+                    break
+            ok = {i: [x for x in res[i] if "failed" not in x] for i in impls}
+            med = {i: statistics.median(x["median_ms"] for x in ok[i]) if ok[i] else None for i in impls}
+            # llmtrain's FLOPs/token and peak (run log startup_info.mfu) for the PyTorch rows' MFU
+            basis = next((x["mfu_basis"] for i in impls[:2] for x in ok[i]
+                          if x.get("mfu_basis", {}).get("peak_tflops_total")), None)
             for i in impls:
-                rows.append((name, dtype, i, med[i], res[i][0]["tokens"] / (med[i] / 1e3),
-                             max(x["peak_rss_mb"] for x in res[i]),
-                             statistics.median(x["startup_s"] for x in res[i]) if res[i][0].get("startup_s")
-                             is not None else None,
-                             med["llmtrain_fused"] / med[i] if i != "llmtrain_fused" else None))
-    print(f"\nllmtrain vs PyTorch {torch_version} on CPU: {a.threads} threads, {a.rounds} alternating rounds, "
-          f"{a.iters} timed steps after {a.warmup} warm-up per run; medians")
-    print(f"{'config':<12} {'dtype':<9} {'impl':<16} {'ms/step':>9} {'tokens/s':>9} {'peak RSS MB':>11} "
-          f"{'start s':>8} {'fused/this':>13}")
-    for n, d, i, ms, tps, rss, st, ratio in rows:
-        print(f"{n:<12} {d:<9} {i:<16} {ms:>9.1f} {tps:>9.0f} {rss:>11.0f} "
-              f"{'' if st is None else f'{st:.1f}':>8} {'' if ratio is None else f'{ratio:.2f}':>13}")
-    print("(start s: time of the warm-up steps beyond timed steps, i.e. what torch.compile costs; "
-          "fused/this: llmtrain compile=True's ms/step over this row's, < 1 = llmtrain faster)")
+                if not ok[i]:
+                    rows.append((name, dtype, i, "not run" if not res[i] else
+                                 "failed" if any(not x["killed"] for x in res[i]) else "killed"))
+                    continue
+                tps = ok[i][0]["tokens"] / (med[i] / 1e3)
+                if i.startswith("llmtrain"):
+                    mfus = [x["mfu"] for x in ok[i] if "mfu" in x]
+                    mfu = statistics.median(mfus) if mfus else None
+                else:
+                    mfu = tps * basis["flops_per_token"] / (basis["peak_tflops_total"] * 1e12) * 100 if basis else None
+                gpu_gb = [x["peak_gpu_bytes"] / 1e9 for x in ok[i] if x.get("peak_gpu_bytes") is not None]
+                rss = [x["peak_rss_mb"] for x in ok[i] if x.get("peak_rss_mb") is not None]
+                start = [x["startup_s"] for x in ok[i] if x.get("startup_s") is not None]
+                fused, llm = med["llmtrain_fused"], i.startswith("llmtrain")
+                rows.append((name, dtype, i, med[i], tps, mfu, max(gpu_gb) if gpu_gb else None,
+                             max(rss) if rss else None, statistics.median(start) if start else None,
+                             fused / med[i] if i != "llmtrain_fused" and fused else None,
+                             med[i] / med["pytorch_compile"] if llm and med["pytorch_compile"] else None,
+                             med[i] / med["pytorch_eager"] if llm and med["pytorch_eager"] else None))
+            done = [x for i in impls for x in ok[i]]
+            if basis:
+                convention = (basis["convention"] or "").split(" (")[0]  # "FLOPs/token = 6*N + 12*L*H*Q*T"
+                notes.append(f"{name} {dtype}: {basis['flops_per_token'] / 1e9:.3f} GFLOP/token ({convention}), "
+                             f"peak {basis['peak_tflops_total']:.4g} TFLOP/s ({basis['peak_basis']})")
+            if len({x["tokens"] for x in done}) > 1:
+                notes.append(f"WARNING {name} {dtype}: tokens per step differ: "
+                             + ", ".join(f"{x['impl']} {x['tokens']}" for x in done))
+            params = {x["impl"].split("_")[0]: x.get("params") for x in done if x.get("params")}
+            if len(set(params.values())) > 1:
+                notes.append(f"WARNING {name}: parameter counts differ: {params}")
+            elif params:
+                notes.append(f"{name}: {next(iter(params.values())):,} parameters "
+                             f"({' = '.join(sorted(params))})")
+            if stopped:
+                break
+        if stopped:
+            break
+    if not cuda:
+        print(f"\nllmtrain vs PyTorch {torch_version} on CPU: {a.threads} threads, {a.rounds} alternating rounds, "
+              f"{a.iters} timed steps after {a.warmup} warm-up per run; medians")
+        print(f"{'config':<12} {'dtype':<9} {'impl':<16} {'ms/step':>9} {'tokens/s':>9} {'peak RSS MB':>11} "
+              f"{'start s':>8} {'fused/this':>13}")
+        for row in rows:
+            if len(row) == 4:
+                print(f"{row[0]:<12} {row[1]:<9} {row[2]:<16} {row[3]:>9}")
+                continue
+            n, d, i, ms, tps, _, _, rss, st, ratio, _, _ = row
+            print(f"{n:<12} {d:<9} {i:<16} {ms:>9.1f} {tps:>9.0f} {fmt(rss, '.0f'):>11} "
+                  f"{fmt(st, '.1f'):>8} {fmt(ratio, '.2f'):>13}")
+        print("(start s: time of the warm-up steps beyond timed steps, i.e. what torch.compile costs; "
+              "fused/this: llmtrain compile=True's ms/step over this row's, < 1 = llmtrain faster)")
+    else:
+        gpu = next((x["device_name"] for x in raw if x.get("device_name") not in (None, "cpu")), "CUDA")
+        accum = f"{a.accum} micro-batch(es)" if a.accum else "the preset's micro-batches"
+        print(f"\nllmtrain vs PyTorch {torch_version} on {gpu}: {a.rounds} alternating rounds, {a.iters} timed steps "
+              f"after {a.warmup} warm-up per run, {accum} per step; medians")
+        print(f"{'config':<12} {'dtype':<9} {'impl':<16} {'ms/step':>9} {'tokens/s':>9} {'MFU %':>6} {'peak GB':>8} "
+              f"{'start s':>8} {'llm/compile':>11} {'llm/eager':>10}")
+        for row in rows:
+            if len(row) == 4:
+                print(f"{row[0]:<12} {row[1]:<9} {row[2]:<16} {row[3]:>9}")
+                continue
+            n, d, i, ms, tps, mfu, gb, _, st, _, r_c, r_e = row
+            print(f"{n:<12} {d:<9} {i:<16} {ms:>9.1f} {tps:>9.0f} {fmt(mfu, '.1f'):>6} {fmt(gb, '.2f'):>8} "
+                  f"{fmt(st, '.1f'):>8} {fmt(r_c, '.2f'):>11} {fmt(r_e, '.2f'):>10}")
+        print("(llmtrain: compile=False; llmtrain_fused: compile=True, the LM head + cross-entropy fused in chunks. "
+              "llm/compile, llm/eager: this llmtrain row's ms/step over torch.compile's / eager's, < 1 = llmtrain "
+              "faster. peak GB: the most bytes of tensors held at once (llmtrain: run log allocated_peak_bytes; "
+              "PyTorch: torch.cuda.max_memory_allocated()), 1 GB = 1e9 bytes. start s: time of the warm-up steps "
+              "beyond timed steps, i.e. what torch.compile costs. MFU: llmtrain's from its run log (per-iteration "
+              "mfu); PyTorch's = its tokens/s x llmtrain's FLOPs/token / llmtrain's peak (run log startup_info.mfu "
+              "of the same preset and dtype): the same model, the same FLOPs)")
+    for note in notes:
+        print("  " + note)
+    if stopped:
+        print(f"stopped at the deadline ({a.deadline_s:.0f} s): later runs not started (rows 'not run' / missing)")
+    if failed:
+        print(f"some runs failed (rows 'failed'; their output in {log})")
 
-    if not a.no_scaling:
+    if not a.no_scaling and not cuda and not stopped:
         name = a.configs.split(",")[0]
         preset = PRESETS.get(name, name)
+        _, h5 = make_data(a.build, a.data, preset_vocab(preset), a.python, log)
         batch = 8
         runs = {"1 rank x 2 threads, batch 8": (1, 2, batch), "2 ranks x 1 thread, batch 4 each": (2, 1, batch // 2),
                 "1 rank x 1 thread, batch 8": (1, 1, batch), "2 ranks x 1 thread, batch 8 each": (2, 1, batch)}
@@ -185,9 +395,10 @@ def main():
               f"the time of 1 rank x 2 threads")
         print(f"weak scaling 1 -> 2 ranks (1 thread each): efficiency "
               f"{med['1 rank x 1 thread, batch 8'] / med['2 ranks x 1 thread, batch 8 each']:.2f}")
-    if a.json:
-        json.dump(raw, open(a.json, "w"), indent=1)
+    write_json(a.json, raw)
     shutil.rmtree(work, ignore_errors=True)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

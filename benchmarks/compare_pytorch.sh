@@ -4,6 +4,7 @@
 # by side in one call (see benchmarks/compare_pytorch.py for the method).
 #   benchmarks/compare_pytorch.sh
 #   benchmarks/compare_pytorch.sh --configs gpt2_small,llama_small --rounds 3
+#   benchmarks/compare_pytorch.sh --device cuda --configs llama_1.36b --rounds 1 --iters 10 --warmup 5 --deadline_s 240
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # The Python whose torch llmtrain links, found as CMake finds it.

@@ -1,19 +1,35 @@
 #!/usr/bin/env python3
-"""The PyTorch peer of llmtrain's CPU benchmark: the same GPT-2- and LLaMA-style
-models written plainly in PyTorch (nothing imported from llmtrain), trained on
-the same synthetic tokens with the same AdamW, clipping and LR schedule, from the
-project's Python environment (the torch wheel llmtrain links).
+"""The PyTorch peer of llmtrain's benchmark against PyTorch: the same GPT-2- and
+LLaMA-style models written plainly in PyTorch (nothing imported from llmtrain),
+trained on the same synthetic tokens with the same AdamW (fused), clipping and LR
+schedule, from the project's Python environment (the torch wheel llmtrain links).
 
 It reads an llmtrain preset (inputs/*.cfg, `key = value` lines) so both sides
 train the same shapes, plus `key=value` overrides as llmtrain takes them:
 
   python benchmarks/python_reference.py inputs/bench_gpt2_small.cfg --mode compile \
       --data DIR/train.bin --iters 30 --warmup 5 --threads 2 dtype=bfloat16
+  python benchmarks/python_reference.py inputs/full_llama_1.36b.cfg --device cuda --mode compile \
+      --data DIR/train.bin --iters 10 --warmup 5 gradient_accumulation_steps=1
+
+Keys that shape the model or the step are read (activation_checkpointing too,
+with torch.utils.checkpoint per block); keys that do not (eval, logging,
+attention_backend, compile, ...) are llmtrain's alone and ignored; keys whose
+effect is not modelled here (dropout > 0, param_dtype=bfloat16,
+document_masking=True, init_from=hf:DIR) are refused rather than ignored.
+
+Devices: `cpu` (default) and `cuda` (one GPU: model and data on it, fp32
+parameters, bfloat16 under torch.autocast("cuda") when dtype=bfloat16, TF32
+matmuls when dtype=float32, as llmtrain; attention is
+F.scaled_dot_product_attention(is_causal=True); RMSNorm is F.rms_norm; each
+step's clock is read after torch.cuda.synchronize()).
 
 Modes: `eager`, and `compile` (torch.compile, default mode, of the model; the
 time of the first steps, where compilation happens, is reported as compile_s
 and excluded from the step time). Prints one JSON line: median ms/step over the
-timed steps, tokens/s, peak RSS (ru_maxrss), compile_s, the final loss.
+timed steps, tokens/s, peak RSS (ru_maxrss), compile_s, the final loss, the
+parameter count and the device; on cuda also peak_gpu_bytes
+(torch.cuda.max_memory_allocated(): the most bytes of tensors held at once).
 """
 import argparse
 import json
@@ -28,13 +44,15 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 DEFAULTS = dict(vocab_size=0, vocab_pad_multiple=1, n_layer=12, n_head=12, n_kv_head=0, n_embd=768, head_dim=0,
                 ffn_hidden=0, norm="rmsnorm", pos_encoding="rope", ffn="swiglu", qk_norm=False, rope_theta=10000.0,
                 norm_eps=1e-5, bias=False, tie_embeddings=False, dropout=0.0, block_size=1024, batch_size=12,
                 gradient_accumulation_steps=1, learning_rate=6e-4, min_lr=6e-5, weight_decay=0.1, beta1=0.9,
                 beta2=0.95, grad_clip=1.0, decay_lr=True, warmup_iters=2000, lr_decay_iters=600000,
-                dtype="float32", seed=1337)
+                dtype="float32", seed=1337, activation_checkpointing="none", activation_checkpointing_every=2,
+                param_dtype="float32", document_masking=False, init_from="scratch")
 
 
 def parse_value(text, like):
@@ -72,6 +90,16 @@ def read_config(preset, overrides):
                              else (8 * cfg["n_embd"] // 3 + 255) // 256 * 256)
     m = cfg["vocab_pad_multiple"]
     cfg["padded_vocab"] = (cfg["vocab_size"] + m - 1) // m * m
+    # What llmtrain would do differently with these, this model does not do: refuse, never measure something else.
+    unmodelled = [f"dropout={cfg['dropout']}"] if cfg["dropout"] > 0 else []
+    unmodelled += [f"param_dtype={cfg['param_dtype']}"] if cfg["param_dtype"] != "float32" else []
+    unmodelled += ["document_masking=True"] if cfg["document_masking"] else []
+    unmodelled += [f"init_from={cfg['init_from']}"] if cfg["init_from"].startswith("hf:") else []
+    if unmodelled:
+        raise SystemExit(f"python_reference: not modelled here: {', '.join(unmodelled)}")
+    if cfg["activation_checkpointing"] not in ("none", "full", "selective"):
+        raise SystemExit(f"python_reference: activation_checkpointing must be none, full or selective, "
+                         f"got {cfg['activation_checkpointing']!r}")
     return cfg
 
 
@@ -82,6 +110,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
+        if x.is_cuda:  # the fused kernel, what PyTorch offers on a GPU (nn.RMSNorm); the same math, in fp32
+            return F.rms_norm(x.float(), self.weight.shape, self.weight, self.eps)
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return y.to(x.dtype) * self.weight
@@ -162,6 +192,9 @@ class Transformer(nn.Module):
         self.wte = nn.Embedding(V, C)
         self.wpe = nn.Embedding(c["block_size"], C) if c["pos_encoding"] == "learned" else None
         self.h = nn.ModuleList(Block(c) for _ in range(c["n_layer"]))
+        # llmtrain's activation_checkpointing: full = every block, selective = blocks k-1, 2k-1, ...
+        k = 1 if c["activation_checkpointing"] == "full" else c["activation_checkpointing_every"]
+        self.recompute = [c["activation_checkpointing"] != "none" and (i + 1) % k == 0 for i in range(c["n_layer"])]
         self.ln_f = make_norm(c, C)
         self.lm_head = None if c["tie_embeddings"] else nn.Linear(C, V, bias=False)
         if c["pos_encoding"] == "rope":
@@ -173,7 +206,7 @@ class Transformer(nn.Module):
         else:
             self.cos = self.sin = None
         # GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 L)), biases 0, norms 1.
-        g = torch.Generator().manual_seed(c["seed"])
+        g = torch.Generator(self.wte.weight.device).manual_seed(c["seed"])
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 nn.init.zeros_(p)
@@ -189,8 +222,11 @@ class Transformer(nn.Module):
         x = self.wte(idx)
         if self.wpe is not None:
             x = x + self.wpe.weight[:T]
-        for b in self.h:
-            x = b(x, self.cos, self.sin)
+        for b, recompute in zip(self.h, self.recompute):
+            if recompute and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(b, x, self.cos, self.sin, use_reentrant=False)
+            else:
+                x = b(x, self.cos, self.sin)
         x = self.ln_f(x)
         logits = self.lm_head(x) if self.lm_head is not None else F.linear(x, self.wte.weight)
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -216,14 +252,26 @@ def main():
     ap.add_argument("--iters", type=int, default=30, help="timed steps")
     ap.add_argument("--warmup", type=int, default=5, help="steps before timing (compilation happens here)")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: leave torch's default)")
-    a = ap.parse_args()
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: the model, the data and the step on the current GPU")
+    a = ap.parse_intermixed_args()  # overrides may come before or after the options
     c = read_config(a.preset, a.overrides)
     if c["vocab_size"] <= 0:
         raise SystemExit("python_reference: the preset must set vocab_size")
+    if c["dtype"] not in ("float32", "bfloat16"):
+        raise SystemExit(f"python_reference: dtype {c['dtype']} is not measured (float32, bfloat16)")
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("python_reference: --device cuda, but torch sees no GPU")
     if a.threads:
         torch.set_num_threads(a.threads)
+    if cuda:  # fp32 matmuls and convolutions on TF32 tensor cores, as llmtrain's dtype=float32 on CUDA
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    dev = torch.device(a.device)
     torch.manual_seed(c["seed"])
-    model = Transformer(c)
+    with dev:  # built and initialized where it trains
+        model = Transformer(c)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
@@ -234,24 +282,28 @@ def main():
     B, T, A = c["batch_size"], c["block_size"], c["gradient_accumulation_steps"]
     rng = np.random.default_rng(c["seed"])
     bf16 = c["dtype"] == "bfloat16"
-    if c["dtype"] not in ("float32", "bfloat16"):
-        raise SystemExit(f"python_reference: dtype {c['dtype']} is not measured on CPU (float32, bfloat16)")
 
     def batch():
         starts = rng.integers(0, len(tokens) - T - 1, size=B)
         w = np.stack([tokens[s:s + T + 1] for s in starts]).astype(np.int64)
-        w = torch.from_numpy(w)
+        w = torch.from_numpy(w).to(dev)
         return w[:, :-1], w[:, 1:]
 
+    def sync():  # the GPU's queued work done before the clock is read
+        if cuda:
+            torch.cuda.synchronize()
+
     times, loss_v = [], float("nan")
+    sync()
     t_start = time.perf_counter()
     for it in range(a.warmup + a.iters):
+        sync()
         t0 = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(c, it)
         for _ in range(A):
             x, y = batch()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(a.device, dtype=torch.bfloat16, enabled=bf16):
                 loss = fwd(x, y) / A
             loss.backward()
         if c["grad_clip"] > 0:
@@ -259,6 +311,7 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss_v = loss.item() * A
+        sync()
         times.append(time.perf_counter() - t0)
     timed = times[a.warmup:]
     med = statistics.median(timed) * 1e3
@@ -267,11 +320,14 @@ def main():
     compile_s = sum(times[:a.warmup]) - a.warmup * med / 1e3
     out = {"impl": f"pytorch_{a.mode}", "torch": torch.__version__, "preset": a.preset, "dtype": c["dtype"],
            "threads": torch.get_num_threads(), "batch": B * A, "block": T,
-           "params": sum(p.numel() for p in model.parameters()),
+           "params": sum(p.numel() for p in model.parameters()), "device": a.device,
+           "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
            "median_ms": med, "tokens_per_s": B * A * T / (med / 1e3),
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "startup_s": compile_s, "wall_s": time.perf_counter() - t_start, "final_loss": loss_v,
            "step_ms": [round(t * 1e3, 3) for t in times]}
+    if cuda:
+        out["peak_gpu_bytes"] = torch.cuda.max_memory_allocated(dev)
     print(json.dumps(out))
 
 

@@ -31,11 +31,17 @@ W=${GPU_CHECK_WORK:-/tmp/gpu-check-work}
 T0=$(date +%s)
 BUDGET=${GPU_CHECK_BUDGET_S:-540}
 CARD_GIB=${GPU_CHECK_CARD_GIB:-79.18}
-ITERS=${GPU_CHECK_ITERS:-12}
+ITERS=${GPU_CHECK_ITERS:-4}
 CTEST_J=${GPU_CHECK_CTEST_J:-6}
 PY=${LLMTRAIN_PYTHON:-python3}
 DEV=${GPU_CHECK_DEVICE:-cuda}   # cpu: a dry run of this script on a machine without a GPU
 mkdir -p "$O" "$W"
+# Every run ends with an evaluation and a checkpoint (15.5 GB at 1.36B): runs write to memory when
+# there is room, and only their run logs and console logs are kept (keep_run).
+R=$W/runs
+(($(df -k --output=avail /dev/shm 2>/dev/null | tail -1 || echo 0) > 40 * 1024 * 1024)) && R=/dev/shm/gpu-check-runs
+mkdir -p "$R"
+keep_run() { mkdir -p "$W/$1"; cp "$R/$1"/run_*.json "$R/$1"/console.log "$W/$1/" 2>/dev/null; rm -rf "${R:?}/$1"; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LLMTRAIN_PROGRESS=off PYTHONUNBUFFERED=1
 S=$O/summary.txt
 : >"$S"
@@ -72,6 +78,8 @@ print(f"status {s.get('status')} | {s.get('tokens_per_sec', 0):.0f} tok/s | MFU 
       f"step {last.get('dt_ms', 0):.1f} ms | peak {s.get('allocated_peak_bytes', 0) / 1e9:.2f} GB"
       f" (reserved {max((r.get('memory_reserved_gb') or 0) for r in it) if it else 0:.2f} GB;"
       f" {'fits' if s.get('allocated_peak_bytes', 0) <= float(sys.argv[2]) * 2**30 else 'does NOT fit'} {sys.argv[2]} GiB)"
+      f" | predicted step {1e3 * s.get('predicted_step_time_s', 0):.1f} ms (measured/predicted"
+      f" {(s.get('prediction') or {}).get('measured_over_predicted', 0):.2f})"
       f" | last step phases ms {ph} | warm-up left out {s.get('warmup_iters_skipped')}"
       + (f" | errors {j['errors'][:2]}" if j.get("errors") else ""))
 EOF
@@ -97,8 +105,12 @@ fi
 if stage refusal 20; then
   t=$(date +%s)
   run1 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --data_dir="$DATA" --device="$DEV" --batch_size=256 \
-    --max_iters=1 --out_dir="$W/refusal" >"$W/refusal.log" 2>&1
+    --max_iters=1 --out_dir="$R/refusal" >"$W/refusal.log" 2>&1
   say "refusal: rc $? after $(($(date +%s) - t)) s: $(grep -m1 "memory_check" "$W/refusal.log" | cut -c1-420)"
+  t=$(date +%s)
+  mpirun -np 2 --bind-to none "$B/bin/llmtrain" "$SRC/inputs/tiny_llama.cfg" --data_dir="$DATA" --device="$DEV" \
+    --max_iters=1 --out_dir="$R/refusal2" >"$W/refusal2.log" 2>&1
+  say "2 ranks on $(nvidia-smi -L 2>/dev/null | wc -l) GPU(s): rc $? after $(($(date +%s) - t)) s: $(grep -m1 "error" "$W/refusal2.log" | cut -c1-300)"
 fi
 
 if stage presets 40; then
@@ -106,14 +118,21 @@ if stage presets 40; then
     n=$(basename "$cfg" .cfg)
     ((  $(left) > 30 )) || { say "SKIPPED $n: budget"; continue; }
     common=(--data_dir="$DATA" --device="$DEV" --max_iters=3 --log_interval=1 --eval_interval=1000000 --eval_iters=1)
-    run1 "$B/bin/llmtrain" "$cfg" --out_dir="$W/$n" "${common[@]}" >"$W/$n.log" 2>&1
+    plan=$("$B/bin/llmtrain" "$cfg" --device="$DEV" --describe --describe_format=json --describe_memory_gib="$CARD_GIB" 2>/dev/null |
+           "$PY" -c "import json,sys; t=sys.stdin.read(); m=json.loads(t[t.index('{'):])['memory']
+print(f\"memory plan: {m['peak_bytes_per_rank'] / 2**30:.2f} GiB at batch {m['batch_size']}; largest batch in $CARD_GIB GiB {m.get('max_batch_size')}\")" 2>&1 | tail -1)
+    say "$n: $plan"
+    run1 "$B/bin/llmtrain" "$cfg" --out_dir="$R/$n" "${common[@]}" >"$W/$n.log" 2>&1
     rc=$?
+    keep_run "$n"
     if grep -q "memory_check: predicted peak" "$W/$n.log"; then
       say "$n as shipped: refused (rc $rc): $(grep -m1 "memory_check: predicted peak" "$W/$n.log" | cut -c1-420)"
       nb=$(grep -m1 -o "the largest micro-batch that fits is batch_size=[0-9]*" "$W/$n.log" | grep -o "[0-9]*$")
       if [[ -n "$nb" && "$nb" != 0 ]]; then
-        run1 "$B/bin/llmtrain" "$cfg" --out_dir="$W/${n}_b$nb" --batch_size="$nb" "${common[@]}" >"$W/${n}_b$nb.log" 2>&1
-        say "$n at batch $nb (the plan's largest): rc $? | $(runlog "$W/${n}_b$nb")"
+        run1 "$B/bin/llmtrain" "$cfg" --out_dir="$R/${n}_b$nb" --batch_size="$nb" "${common[@]}" >"$W/${n}_b$nb.log" 2>&1
+        rc=$?
+        keep_run "${n}_b$nb"
+        say "$n at batch $nb (the plan's largest): rc $rc | $(runlog "$W/${n}_b$nb")"
       fi
     else
       say "$n as shipped: rc $rc | $(runlog "$W/$n")"
@@ -133,10 +152,12 @@ if stage templates 60; then
   for t in tier1 tier2 tier3; do
     ((  $(left) > 40 )) || { say "SKIPPED $t: budget"; continue; }
     LLMTRAIN_LAUNCHER=mpirun LLMTRAIN_JOBS_DIR="$SRC/jobs" LLMTRAIN_ROOT="$SRC" LLMTRAIN_BIN="$B/bin" \
-      DATA_DIR="$DATA" OUT_ROOT="$W/jobs" OUT_DIR="$W/jobs/$t" ITERS="$ITERS" EXTRA_ARGS="--eval_iters=2" \
+      DATA_DIR="$DATA" OUT_ROOT="$R" OUT_DIR="$R/$t" ITERS="$ITERS" EXTRA_ARGS="--eval_iters=2" \
       timeout $(($(left) - 20)) bash "$SRC/jobs/$t.sbatch" >"$W/$t.log" 2>&1
-    say "$t: rc $? | $(runlog "$W/jobs/$t")"
-    grep -m3 -E "attention:|MFU|peak" "$W/jobs/$t/console.log" 2>/dev/null | sed 's/^/    /' | tee -a "$S"
+    rc=$?
+    keep_run "$t"
+    say "$t: rc $rc | $(runlog "$W/$t")"
+    grep -m3 -E "attention:|MFU|peak" "$W/$t/console.log" 2>/dev/null | sed 's/^/    /' | tee -a "$S"
   done
 fi
 
