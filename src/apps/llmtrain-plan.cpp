@@ -16,6 +16,7 @@
 #include "llmtrain/plan/planner.hpp"  // defines: plan_search, plan_evaluate, run-log readers, tables
 #include "llmtrain/prediction/device_peaks.hpp"  // defines: device_memory_bytes (the device table's memory)
 #include "llmtrain/prediction/device_profile.hpp"  // defines: DeviceProfile, load_device_profile
+#include "llmtrain/prediction/memory_model.hpp"  // defines: gpu_tensor_bytes (the caching allocator's reserve)
 #include "llmtrain/plan/scaling_law.hpp"  // defines: ScalingLaw, fit_scaling_law
 #include "llmtrain/train/run_log_reader.hpp"  // defines: expand_run_logs
 #include "llmtrain/core/atomic_file.hpp"  // defines: write_file_atomic
@@ -313,7 +314,9 @@ void keep_fitting(std::vector<Candidate>& rows, const std::string& device, bool 
     return;
   }
   const size_t before = rows.size();
-  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const Candidate& c) { return c.memory_per_gpu > *bytes; }),
+  // Tensors fill a GPU's memory up to the caching allocator's reserve (kCudaAllocatorReserve).
+  const double tensors = gpu_tensor_bytes(*bytes);
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const Candidate& c) { return c.memory_per_gpu > tensors; }),
              rows.end());
   if (rows.empty())
     throw ConfigError(fmt::format("no shape of the {} searched fits in the {:.0f} GiB of one {} (predicted memory per "

@@ -84,9 +84,12 @@ nlohmann::json memory_section(const Config& c, const DescribeOptions& o) {
   if (o.memory_bytes) {  // memory_max_batch.sbatch brackets its search with these
     MemoryInputs full = in;
     full.recomputed_blocks = m.n_layer;
+    // A GPU's memory holds tensors of its bytes / kCudaAllocatorReserve (the caching allocator's reserve).
+    const double tensors = c.device == DeviceKind::cpu ? *o.memory_bytes : gpu_tensor_bytes(*o.memory_bytes);
     j["memory_bytes_per_rank"] = *o.memory_bytes;
-    j["max_batch_size"] = max_batch_size(m, in, s, *o.memory_bytes);
-    j["max_batch_size_full_checkpointing"] = max_batch_size(m, full, s, *o.memory_bytes);
+    j["tensor_bytes_per_rank"] = tensors;
+    j["max_batch_size"] = max_batch_size(m, in, s, tensors);
+    j["max_batch_size_full_checkpointing"] = max_batch_size(m, full, s, tensors);
   }
   return j;
 }

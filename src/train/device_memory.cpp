@@ -127,7 +127,12 @@ int64_t mem_available_bytes() {
 AvailableMemory available_memory(const torch::Device& device, int ranks_on_node, const std::string& hostname) {
 #ifdef LLMTRAIN_WITH_CUDA
   if (device.is_cuda())
-    return {detail::cuda_free_bytes(device.index()), fmt::format("free on GPU {} (cudaMemGetInfo)", device.index())};
+  {
+    const int64_t free_b = detail::cuda_free_bytes(device.index());
+    return {static_cast<int64_t>(gpu_tensor_bytes(static_cast<double>(free_b))),
+            fmt::format("{:.2f} GiB free on GPU {} (cudaMemGetInfo) / {} for the caching allocator's reserve",
+                        gib(static_cast<double>(free_b)), device.index(), kCudaAllocatorReserve)};
+  }
 #endif
   const int64_t avail = mem_available_bytes();
   if (avail < 0) return {-1, "/proc/meminfo unreadable"};

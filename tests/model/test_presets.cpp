@@ -209,8 +209,16 @@ TEST(Describe, JsonHasEveryNumber) {
                    llmtrain::estimate_memory(m, in, llmtrain::StrategyKind::fsdp).total());
   EXPECT_EQ(j["memory"]["strategy"], "fsdp");
   EXPECT_EQ(j["memory"]["world_size"], 4);
+  // On a GPU the tensors get the card's bytes less the caching allocator's reserve; on the CPU all of them.
+  EXPECT_DOUBLE_EQ(j["memory"]["tensor_bytes_per_rank"].get<double>(), 80.0 * (1LL << 30) / 1.06);
   EXPECT_EQ(j["memory"]["max_batch_size"].get<int64_t>(),
+            llmtrain::max_batch_size(m, in, llmtrain::StrategyKind::fsdp, llmtrain::gpu_tensor_bytes(80.0 * (1LL << 30))));
+  auto cpu = c;
+  cpu.device = llmtrain::DeviceKind::cpu;
+  const auto jc = llmtrain::describe_json(cpu, o);
+  EXPECT_EQ(jc["memory"]["max_batch_size"].get<int64_t>(),
             llmtrain::max_batch_size(m, in, llmtrain::StrategyKind::fsdp, 80.0 * (1LL << 30)));
+  EXPECT_GT(jc["memory"]["max_batch_size"].get<int64_t>(), j["memory"]["max_batch_size"].get<int64_t>());
   // Every number the text prints is in the JSON (the text is rendered from it).
   const std::string text = llmtrain::describe_model(c, o);
   for (const char* key : {"embeddings", "attention", "mlp", "norms", "head", "total"})

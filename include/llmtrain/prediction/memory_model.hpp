@@ -58,6 +58,15 @@ std::vector<MemoryEstimate> estimate_memory(const ModelConfig& m, ComputeDtype d
 // 0 when not even one sequence fits.
 int64_t max_batch_size(const ModelConfig& m, MemoryInputs in, StrategyKind strategy, double bytes);
 
+// What a GPU's memory holds in tensors: the CUDA caching allocator reserves more
+// than it hands out (block sizes rounded up and split, freed blocks kept for
+// reuse). Its reserved peak was 1.042-1.057x its allocated peak over the five
+// full_* presets on an H200 (docs/gpu.md, 2026-11-26). The predicted peak is of
+// tensors (the allocated peak: within 1-6% above it there), so the memory check
+// and the largest-batch searches for a GPU compare it with bytes / this.
+constexpr double kCudaAllocatorReserve = 1.06;
+inline double gpu_tensor_bytes(double device_bytes) { return device_bytes / kCudaAllocatorReserve; }
+
 // Bytes in GiB (2^30), for messages and tables.
 inline double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
