@@ -113,7 +113,7 @@ log=$(joblog "$jobid"); [[ "$log" == */tier1_"$jobid".out ]] || fail "tier1 outp
 grep -q "launcher srun" "$log" || { show_log "$jobid"; fail "tier1 did not use the srun launcher"; }
 grep -q "run log: $OUT_ROOT/tier1_$jobid/run_" "$log" || { show_log "$jobid"; fail "llmtrain's console output is not in the job output"; }
 grep -Eq "^config +GPUs +batch +accum .*MFU %" "$log" || { show_log "$jobid"; fail "tier1's output does not end with llmtrain-report's comparison table"; }
-check_runlog "$OUT_ROOT/tier1_$jobid" "$ITERS" 1 compile=false use_dataloader=false
+check_runlog "$OUT_ROOT/tier1_$jobid" "$ITERS" 1 compile=true use_dataloader=false dtype=bfloat16
 
 # ---- 3. a failing job must fail -----------------------------------------------
 note "tier1.sbatch with a bad key must fail"
