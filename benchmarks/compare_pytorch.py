@@ -329,41 +329,39 @@ def main():
                 break
         if stopped:
             break
-    if not cuda:
-        print(f"\nllmtrain vs PyTorch {torch_version} on CPU: {a.threads} threads, {a.rounds} alternating rounds, "
-              f"{a.iters} timed steps after {a.warmup} warm-up per run; medians")
-        print(f"{'config':<12} {'dtype':<9} {'impl':<16} {'ms/step':>9} {'tokens/s':>9} {'peak RSS MB':>11} "
-              f"{'start s':>8} {'fused/this':>13}")
-        for row in rows:
-            if len(row) == 4:
-                print(f"{row[0]:<12} {row[1]:<9} {row[2]:<16} {row[3]:>9}")
-                continue
-            n, d, i, ms, tps, _, _, rss, st, ratio, _, _ = row
-            print(f"{n:<12} {d:<9} {i:<16} {ms:>9.1f} {tps:>9.0f} {fmt(rss, '.0f'):>11} "
-                  f"{fmt(st, '.1f'):>8} {fmt(ratio, '.2f'):>13}")
-        print("(start s: time of the warm-up steps beyond timed steps, i.e. what torch.compile costs; "
-              "fused/this: llmtrain compile=True's ms/step over this row's, < 1 = llmtrain faster)")
-    else:
+    # One table; the columns after tokens/s depend on the device: (header, width, a row's cell).
+    if cuda:
         gpu = next((x["device_name"] for x in raw if x.get("device_name") not in (None, "cpu")), "CUDA")
         accum = f"{a.accum} micro-batch(es)" if a.accum else "the preset's micro-batches"
-        print(f"\nllmtrain vs PyTorch {torch_version} on {gpu}: {a.rounds} alternating rounds, {a.iters} timed steps "
-              f"after {a.warmup} warm-up per run, {accum} per step; medians")
-        print(f"{'config':<12} {'dtype':<9} {'impl':<16} {'ms/step':>9} {'tokens/s':>9} {'MFU %':>6} {'peak GB':>8} "
-              f"{'start s':>8} {'llm/compile':>11} {'llm/eager':>10}")
-        for row in rows:
-            if len(row) == 4:
-                print(f"{row[0]:<12} {row[1]:<9} {row[2]:<16} {row[3]:>9}")
-                continue
-            n, d, i, ms, tps, mfu, gb, _, st, _, r_c, r_e = row
-            print(f"{n:<12} {d:<9} {i:<16} {ms:>9.1f} {tps:>9.0f} {fmt(mfu, '.1f'):>6} {fmt(gb, '.2f'):>8} "
-                  f"{fmt(st, '.1f'):>8} {fmt(r_c, '.2f'):>11} {fmt(r_e, '.2f'):>10}")
-        print("(llmtrain: compile=False; llmtrain_fused: compile=True, the LM head + cross-entropy fused in chunks. "
-              "llm/compile, llm/eager: this llmtrain row's ms/step over torch.compile's / eager's, < 1 = llmtrain "
-              "faster. peak GB: the most bytes of tensors held at once (llmtrain: run log allocated_peak_bytes; "
-              "PyTorch: torch.cuda.max_memory_allocated()), 1 GB = 1e9 bytes. start s: time of the warm-up steps "
-              "beyond timed steps, i.e. what torch.compile costs. MFU: llmtrain's from its run log (per-iteration "
-              "mfu); PyTorch's = its tokens/s x llmtrain's FLOPs/token / llmtrain's peak (run log startup_info.mfu "
-              "of the same preset and dtype): the same model, the same FLOPs)")
+        title = (f"llmtrain vs PyTorch {torch_version} on {gpu}: {a.rounds} alternating rounds, {a.iters} timed steps "
+                 f"after {a.warmup} warm-up per run, {accum} per step; medians")
+        cols = [("MFU %", 6, lambda r: fmt(r[5], ".1f")), ("peak GB", 8, lambda r: fmt(r[6], ".2f")),
+                ("start s", 8, lambda r: fmt(r[8], ".1f")), ("llm/compile", 11, lambda r: fmt(r[10], ".2f")),
+                ("llm/eager", 10, lambda r: fmt(r[11], ".2f"))]
+        footer = ("(llmtrain: compile=False; llmtrain_fused: compile=True, the LM head + cross-entropy fused in chunks. "
+                  "llm/compile, llm/eager: this llmtrain row's ms/step over torch.compile's / eager's, < 1 = llmtrain "
+                  "faster. peak GB: the most bytes of tensors held at once (llmtrain: run log allocated_peak_bytes; "
+                  "PyTorch: torch.cuda.max_memory_allocated()), 1 GB = 1e9 bytes. start s: time of the warm-up steps "
+                  "beyond timed steps, i.e. what torch.compile costs. MFU: llmtrain's from its run log (per-iteration "
+                  "mfu); PyTorch's = its tokens/s x llmtrain's FLOPs/token / llmtrain's peak (run log startup_info.mfu "
+                  "of the same preset and dtype): the same model, the same FLOPs)")
+    else:
+        title = (f"llmtrain vs PyTorch {torch_version} on CPU: {a.threads} threads, {a.rounds} alternating rounds, "
+                 f"{a.iters} timed steps after {a.warmup} warm-up per run; medians")
+        cols = [("peak RSS MB", 11, lambda r: fmt(r[7], ".0f")), ("start s", 8, lambda r: fmt(r[8], ".1f")),
+                ("fused/this", 13, lambda r: fmt(r[9], ".2f"))]
+        footer = ("(start s: time of the warm-up steps beyond timed steps, i.e. what torch.compile costs; "
+                  "fused/this: llmtrain compile=True's ms/step over this row's, < 1 = llmtrain faster)")
+    print("\n" + title)
+    print(f"{'config':<12} {'dtype':<9} {'impl':<16} {'ms/step':>9} {'tokens/s':>9} "
+          + " ".join(f"{h:>{w}}" for h, w, _ in cols))
+    for row in rows:
+        if len(row) == 4:  # a run that failed, was killed or did not start
+            print(f"{row[0]:<12} {row[1]:<9} {row[2]:<16} {row[3]:>9}")
+            continue
+        print(f"{row[0]:<12} {row[1]:<9} {row[2]:<16} {row[3]:>9.1f} {row[4]:>9.0f} "
+              + " ".join(f"{cell(row):>{w}}" for _, w, cell in cols))
+    print(footer)
     for note in notes:
         print("  " + note)
     if stopped:
