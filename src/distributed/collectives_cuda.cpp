@@ -6,19 +6,19 @@
 #include <mpi.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include <deque>
+#include <algorithm>
 
 #include "distributed/collectives_impl.hpp"
 #include "distributed/raw_nccl.hpp"
 #include "distributed/timed_wait.hpp"
 #include "llmtrain/core/error.hpp"
+#include "llmtrain/distributed/device_timeline.hpp"
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/distributed/watchdog.hpp"
 
@@ -37,31 +37,11 @@ nccl::DType nccl_type(const torch::Tensor& t) {
   }
 }
 
-// The compute stream's stalls on collectives, as pairs of timing events around
-// each wait (Collectives::device_waits). Events are reused across iterations.
-class DeviceWaitLog {
- public:
-  void before(const c10::cuda::CUDAStream& s) { event(2 * used_).record(s); }
-  void after(const c10::cuda::CUDAStream& s) {
-    event(2 * used_ + 1).record(s);
-    ++used_;
-  }
-  int64_t count() const { return static_cast<int64_t>(used_); }
-  double seconds(int64_t from, int64_t to) const {
-    double s = 0.0;
-    for (auto i = static_cast<size_t>(std::max<int64_t>(from, 0)); i < std::min(static_cast<size_t>(to), used_); ++i)
-      s += static_cast<double>(events_[2 * i].elapsed_time(events_[2 * i + 1])) / 1e3;
-    return s;
-  }
-  void reset() { used_ = 0; }
-
- private:
-  c10::cuda::CUDAEvent& event(size_t i) {
-    while (events_.size() <= i) events_.emplace_back(cudaEventDefault);  // timing on
-    return events_[i];
-  }
-  std::deque<c10::cuda::CUDAEvent> events_;  // never moved once made (move-only)
-  size_t used_ = 0;
+// The compute stream's stalls on collectives: a pair of timing events around
+// each wait, consecutive on one DeviceTimeline (events 2i and 2i + 1).
+struct DeviceWaitLog {
+  std::unique_ptr<DeviceTimeline> events;
+  int64_t count = 0;
 };
 
 // `waited`: the issuing NcclCollectives' waited_s_; `log`: its DeviceWaitLog.
@@ -76,10 +56,10 @@ class NcclWork final : public CommWork {
   // on either side of the dependency time the stream's stall.
   void wait() override {
     add_wait_seconds(*waited_, [&] {
-      const auto s = c10::cuda::getCurrentCUDAStream(device_);
-      log_->before(s);
-      nccl::stream_wait_event(s.stream(), done_);
-      log_->after(s);
+      log_->events->record();  // on the current stream, as the dependency below
+      nccl::stream_wait_event(c10::cuda::getCurrentCUDAStream(device_).stream(), done_);
+      log_->events->record();
+      ++log_->count;
     });
   }
   bool test() override { return nccl::event_done(done_); }
@@ -101,6 +81,7 @@ class NcclCollectives final : public Collectives {
     if (rank_ == 0) id = nccl::make_unique_id();
     MPI_CHECK(MPI_Bcast(id.bytes, sizeof(id.bytes), MPI_BYTE, 0, MPI_COMM_WORLD));
     comm_ = std::make_unique<nccl::Comm>(id, rank_, world_);
+    wait_log_.events = make_device_timeline(device);
     // NCCL has no timeout of its own: a kernel waiting for a peer that never
     // comes waits forever. The watchdog polls the communicator's asynchronous
     // error and, when it ends the job (an error, or a rank that stopped
@@ -111,9 +92,17 @@ class NcclCollectives final : public Collectives {
   ~NcclCollectives() override { watchdog_.remove_check(check_id_); }
 
   std::string name() const override { return "nccl"; }
-  int64_t device_waits() const override { return wait_log_.count(); }
-  double device_wait_seconds(int64_t from, int64_t to) const override { return wait_log_.seconds(from, to); }
-  void reset_device_waits() override { wait_log_.reset(); }
+  int64_t device_waits() const override { return wait_log_.count; }
+  double device_wait_seconds(int64_t from, int64_t to) const override {
+    double s = 0.0;
+    for (int64_t i = std::max<int64_t>(from, 0); i < std::min(to, wait_log_.count); ++i)
+      s += wait_log_.events->seconds(static_cast<int>(2 * i), static_cast<int>(2 * i + 1));
+    return s;
+  }
+  void reset_device_waits() override {
+    wait_log_.events->reset();
+    wait_log_.count = 0;
+  }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
 

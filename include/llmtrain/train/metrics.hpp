@@ -15,7 +15,7 @@
 #include <torch/types.h>
 
 #include "llmtrain/prediction/device_peaks.hpp"
-#include "llmtrain/train/device_timeline.hpp"
+#include "llmtrain/distributed/device_timeline.hpp"
 
 namespace llmtrain {
 

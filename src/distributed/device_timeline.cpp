@@ -1,6 +1,6 @@
 // make_device_timeline: the CUDA timeline in CUDA builds (device_timeline_cuda.cpp),
 // none on the CPU.
-#include "llmtrain/train/device_timeline.hpp"
+#include "llmtrain/distributed/device_timeline.hpp"
 
 namespace llmtrain {
 

@@ -5,7 +5,9 @@
 // device's current (compute) stream where each phase opens and closes; the time
 // between two of them is the device's time for the work queued between, plus
 // any time the stream sat idle waiting for the host to queue more. They are
-// read after the iteration's device synchronization (Metrics::end_iter).
+// read after the iteration's device synchronization (Metrics::end_iter). The
+// NCCL collectives keep one too, for the pairs of events around each wait
+// (Collectives::device_waits).
 #pragma once
 #include <memory>
 

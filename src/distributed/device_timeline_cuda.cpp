@@ -6,7 +6,7 @@
 #include <deque>
 
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/train/device_timeline.hpp"
+#include "llmtrain/distributed/device_timeline.hpp"
 
 namespace llmtrain::detail {
 
