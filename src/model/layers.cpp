@@ -16,6 +16,10 @@
 
 namespace llmtrain::model_detail {
 
+torch::Tensor linear(const torch::nn::Linear& lin, const torch::Tensor& x) {
+  return at::linear(x, lin->weight, lin->options.bias() ? lin->bias : torch::Tensor());
+}
+
 // ---- norms ---------------------------------------------------------------------
 
 NormImpl::NormImpl(int64_t dim, bool layernorm, bool bias, double eps)
@@ -293,7 +297,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& mask, const Documents* docs) {
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = n_head_, K = n_kv_head_, D = head_dim_;
-  auto qkv = c_attn(x);                                                // (B, T, (H + 2K) * D)
+  auto qkv = linear(c_attn, x);                                                // (B, T, (H + 2K) * D)
   auto q = qkv.narrow(-1, 0, H * D).view({B, T, H, D});
   auto k = qkv.narrow(-1, H * D, K * D).view({B, T, K, D});
   auto v = qkv.narrow(-1, (H + K) * D, K * D).view({B, T, K, D});
@@ -311,7 +315,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   v = v.transpose(1, 2).contiguous();
   auto y = causal_attention(q, k, v, *plan_, mask, dropout_, is_training(), docs);  // (B, H, T, D)
   y = y.transpose(1, 2).reshape({B, T, H * D});
-  return c_proj(y);
+  return linear(c_proj, y);
 }
 
 // ---- MLP -------------------------------------------------------------------------
@@ -324,14 +328,14 @@ MlpImpl::MlpImpl(const ModelConfig& cfg) : swiglu_(cfg.ffn == FfnKind::swiglu) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto h = c_fc(x);  // (B, T, 2F) swiglu: gate | up; (B, T, F) gelu
+  auto h = linear(c_fc, x);  // (B, T, 2F) swiglu: gate | up; (B, T, F) gelu
   if (swiglu_) {
     auto parts = h.chunk(2, -1);
     h = at::silu(parts[0]) * parts[1];  // (B, T, F)
   } else {
     h = at::gelu(h, "tanh");  // GPT-2's tanh approximation
   }
-  return c_proj(h);
+  return linear(c_proj, h);
 }
 
 // ---- block -----------------------------------------------------------------------

@@ -15,6 +15,15 @@
 
 namespace llmtrain::model_detail {
 
+// y = x W^T + b through at::linear, which folds the leading dimensions of x and
+// fuses the bias into the GEMM (addmm). Not `lin(x)`: torch::nn::Linear's
+// forward (torch::nn::functional::linear) multiplies a 3-D input first and then
+// adds the bias in place, and under autocast over fp32 parameters that adds the
+// fp32 bias into the 16-bit product through fp32 copies of the whole product
+// (8 bytes per output element at once, 2 MiB for tiny_gpt2's c_fc at 8 x 128
+// tokens: the peak of a recomputed block), and is one more pass over it.
+torch::Tensor linear(const torch::nn::Linear& lin, const torch::Tensor& x);
+
 // RMSNorm or LayerNorm (with or without bias) over the last dimension.
 class NormImpl : public torch::nn::Module {
  public:

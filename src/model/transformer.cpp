@@ -72,7 +72,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg), parts_(std
 torch::Tensor TransformerImpl::forward(const torch::Tensor& idx) {
   auto& p = *parts_;
   auto x = hidden(idx);
-  if (p.lm_head) return p.lm_head(x);  // (B, T, padded_vocab)
+  if (p.lm_head) return model_detail::linear(p.lm_head, x);  // (B, T, padded_vocab)
   return at::linear(x, p.wte->weight);
 }
 
