@@ -149,6 +149,63 @@ struct ComputeCost {
   double backward() const { return bwd_matmul + bwd_attn + bwd_elem + bwd_launch; }
 };
 
+// Forward element-wise bytes of one block with fused kernels: each norm reads
+// and writes the fp32 stream once, the residual adds read the stream and the
+// branch and write the stream, RoPE reads and writes q and k, the activation
+// reads its input and writes its output, and under autocast the norm outputs
+// are cast for the matmuls.
+double fused_block_bytes(const ModelConfig& m, const Shapes& s, double a, double st) {
+  double blk = 0;
+  blk += 2 * (2 * st * s.M * s.C);                       // two norms: read + write
+  blk += 2 * ((2 * st + a) * s.M * s.C);                 // two residual adds
+  if (m.pos_encoding == PosEncoding::rope) blk += 3 * a * s.M * (s.Hq + s.Hkv);  // RoPE on q and k (+ cos/sin)
+  if (m.qk_norm) blk += 2 * a * s.M * (s.Hq + s.Hkv);
+  blk += 2 * a * s.M * s.Hq;                             // attention output back to (B, T, H*Q)
+  blk += (m.ffn == FfnKind::swiglu ? 5.0 : 2.0) * a * s.M * s.F;  // silu(g) * u, or gelu
+  if (a < st) blk += 2 * (st + a) * s.M * s.C;           // autocast: norm outputs cast for the matmuls
+  return blk;
+}
+
+// RMSNorm over rows of n elements of `in` bytes (NormImpl::forward): to fp32
+// when 16-bit, pow (read, write), mean (read), the row scale (read, write),
+// back to the input's dtype when 16-bit, times the weight (read `in`, write
+// `out`: fp32 when a 16-bit row meets fp32 weights, as QK-norm's under
+// autocast). Bytes per row element.
+double rmsnorm_bytes(double in, double out) {
+  const double to32 = in < 4.0 ? in + 4.0 : 0.0, back = in < 4.0 ? 4.0 + in : 0.0;
+  return to32 + 8.0 + 4.0 + 8.0 + back + in + out;
+}
+
+// Forward element-wise bytes of one block as model/layers.cpp dispatches it
+// (views and the GEMMs not counted; the biases are in the GEMMs, addmm). e: the
+// compute dtype's bytes; r: the parameters' and so the residual stream's.
+double llmtrain_block_bytes(const ModelConfig& m, const Shapes& s, double e, double r) {
+  const double M = s.M, C = s.C, Hq = s.Hq, Hkv = s.Hkv, F = s.F;
+  const bool autocast = e < r;  // 16-bit matmuls over fp32 parameters: autocast casts their inputs
+  double blk = 0;
+  // ln_1, ln_2 over the stream; LayerNorm is one kernel (read, write).
+  const double norm = m.norm == NormKind::rmsnorm ? rmsnorm_bytes(r, r) : 2 * r;
+  blk += 2 * norm * M * C;
+  if (autocast) blk += 2 * (r + e) * M * C;              // their outputs cast for c_attn and c_fc
+  blk += 2 * (2 * r + e) * M * C;                        // x + attn(..), x + mlp(..): stream, branch -> stream
+  // q and k: QK-norm (RMSNorm over D of the views of c_attn's output) makes
+  // them fp32 under autocast (a 16-bit row times the fp32 weight).
+  double qk = e;
+  if (m.qk_norm) {
+    const double out = autocast ? 4.0 : e;
+    blk += rmsnorm_bytes(e, out) * M * (Hq + Hkv);
+    qk = out;
+  }
+  // RoPE (apply_rope): x1*c, x2*s, their difference, x2*c, x1*s, their sum
+  // (each half-width), and the cat: 9 passes of the row's width.
+  if (m.pos_encoding == PosEncoding::rope) blk += 9 * qk * M * (Hq + Hkv);
+  blk += 2 * qk * M * (Hq + Hkv) + 2 * e * M * Hkv;      // q, k, v made contiguous as (B, h, T, D)
+  if (qk > e) blk += (qk + e) * M * (Hq + Hkv);          // autocast casts fp32 q, k for the attention kernel
+  blk += 2 * e * M * Hq;                                 // attention output back to (B, T, H*Q)
+  blk += (m.ffn == FfnKind::swiglu ? 5.0 : 2.0) * e * M * F;  // silu(g) (read, write), * u (read 2, write); gelu
+  return blk;
+}
+
 ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
   const ModelConfig& m = r.model;
   const bool sixteen = is16(r.dtype);
@@ -177,14 +234,8 @@ ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
   // Element-wise traffic per block, forward (bytes): the residual stream is
   // fp32 (residual adds promote), matmul outputs are in the compute dtype.
   const double a = act_bytes(r.dtype), st = 4.0;
-  double blk = 0;
-  blk += 2 * (2 * st * s.M * s.C);                       // two norms: read + write
-  blk += 2 * ((2 * st + a) * s.M * s.C);                 // two residual adds
-  if (m.pos_encoding == PosEncoding::rope) blk += 3 * a * s.M * (s.Hq + s.Hkv);  // RoPE on q and k (+ cos/sin)
-  if (m.qk_norm) blk += 2 * a * s.M * (s.Hq + s.Hkv);
-  blk += 2 * a * s.M * s.Hq;                             // attention output back to (B, T, H*Q)
-  blk += (m.ffn == FfnKind::swiglu ? 5.0 : 2.0) * a * s.M * s.F;  // silu(g) * u, or gelu
-  if (sixteen) blk += 2 * (st + a) * s.M * s.C;          // autocast: norm outputs cast for the matmuls
+  const double blk = r.elementwise == ElementwiseKernels::fused ? fused_block_bytes(m, s, a, st)
+                                                                : llmtrain_block_bytes(m, s, a, r.param_bytes);
   // The blocks and the embedding gather; backward moves about twice as much.
   const double body = s.L * blk + st * s.M * s.C;
   const LossTraffic loss = loss_traffic(m, r.dtype);
@@ -194,7 +245,7 @@ ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
   // and the weight gradient back (backward); the gradient lands in the bucket
   // (read + write fp32).
   const double P = static_cast<double>(m.num_params());
-  if (sixteen) {
+  if (sixteen && r.param_bytes > a) {
     elem_fwd += (kParamBytes + a) * P;
     elem_bwd += (kParamBytes + a) * P;
   }
@@ -327,6 +378,7 @@ RunShape RunShape::from_config(const Config& c, const ModelConfig& m) {
   r.checkpoint_interval = c.checkpoint_interval;
   r.eval_interval = c.eval_interval;
   r.checkpoint_async = c.checkpoint_async;
+  r.param_bytes = c.param_dtype == ParamDtype::bfloat16 ? 2.0 : 4.0;
   return r;
 }
 

@@ -19,6 +19,13 @@ namespace llmtrain {
 
 struct Config;
 
+// How the element-wise work of a block (norms, RoPE, the activation, copies)
+// runs: as this program's model/layers.cpp dispatches it, operator by operator
+// (RMSNorm as six ATen operators over fp32 rows, RoPE as seven, QK-norm's fp32
+// detour under autocast), or as fused kernels (one read and one write per norm,
+// RoPE and activation: the frameworks of the published runs).
+enum class ElementwiseKernels { llmtrain, fused };
+
 // What the model needs to know of a run (RunShape::from_config reads a Config).
 struct RunShape {
   ModelConfig model;
@@ -35,6 +42,10 @@ struct RunShape {
   // gradients reduced. This implementation keeps both in fp32 (4); other
   // implementations a published run used may gather bf16 (2).
   double gather_bytes = 4.0, reduce_bytes = 4.0;
+  // The parameters' dtype (param_dtype): 4, or 2 with bf16 parameters, whose
+  // residual stream and norms are then 16-bit.
+  double param_bytes = 4.0;
+  ElementwiseKernels elementwise = ElementwiseKernels::llmtrain;
   static RunShape from_config(const Config& c, const ModelConfig& m);
 };
 
