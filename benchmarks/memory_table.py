@@ -5,13 +5,14 @@ For each case it asks `llmtrain --describe --describe_format=json` for the
 predicted peak of the case's strategy (memory.peak_bytes_per_rank), trains two
 iterations on the CPU under mpiexec, and reads what LibTorch allocated from the
 run log (summary.allocated_peak_bytes: the largest peak of any rank, counted by
-the counting CPU allocator). Prints one row per case and exits 1 when a case is
+the counting CPU allocator; with --device cuda, the caching allocator's
+peak on one GPU). Prints one row per case and exits 1 when a case is
 off by more than --tolerance (10%).
 
 usage: python3 benchmarks/memory_table.py [--build build]
          [--shapes tiny,tiny_gpt2,tiny_llama3,tiny_qwen3,small,100m]
          [--strategies ddp,zero1,fsdp] [--ranks 1,2,3] [--dtypes float32,bfloat16]
-         [--param_dtypes float32] [--checkpointing none] [--quick]
+         [--param_dtypes float32] [--checkpointing none] [--quick] [--device cpu|cuda]
        python3 benchmarks/memory_table.py --repredict docs/memory.md [--build build]
 --param_dtypes / --checkpointing pass param_dtype= / activation_checkpointing=
 to both the prediction and the run; param_dtype=bfloat16 runs only with
@@ -51,6 +52,8 @@ SHAPES = {
     "100m": ("bench_llama_small.cfg", ["--n_layer=8", "--n_embd=768", "--n_head=12", "--n_kv_head=12", "--head_dim=64",
                                        "--ffn_hidden=2048", "--vocab_size=32000", "--batch_size=2",
                                        "--block_size=64"]),
+    # The LLaMA-2 1.36B preset at one micro-batch of 4 x 2048: for --device cuda (docs/gpu.md).
+    "llama_1.36b": ("full_llama_1.36b.cfg", ["--batch_size=4", "--gradient_accumulation_steps=1"]),
 }
 STRATEGY_KEYS = {"ddp": [], "zero1": ["--use_zero1=True"], "fsdp": ["--use_fsdp=True"]}
 PARAM_DTYPE_LABELS = {"float32": "p32", "bfloat16": "p16"}
@@ -137,9 +140,9 @@ def predicted(bin_dir, cfg, keys, world):
     return json.loads(line)
 
 
-def measured(bin_dir, mpiexec, cfg, keys, world, data, out_dir):
+def measured(bin_dir, mpiexec, cfg, keys, world, data, out_dir, device="cpu"):
     run([mpiexec, "-n", str(world), os.path.join(bin_dir, "llmtrain"), cfg, *keys, f"--data_dir={data}",
-         f"--out_dir={out_dir}", "--device=cpu", "--num_threads=1", "--max_iters=2", "--eval_iters=1",
+         f"--out_dir={out_dir}", f"--device={device}", "--num_threads=1", "--max_iters=2", "--eval_iters=1",
          "--eval_interval=1000000", "--log_interval=1", "--warmup_report_iters=0"])
     log = sorted(glob.glob(os.path.join(out_dir, "run_*.json")))[-1]
     with open(log) as f:
@@ -159,6 +162,8 @@ def main():
     ap.add_argument("--param_dtypes", default="", help="e.g. float32,bfloat16 (builds with the param_dtype key)")
     ap.add_argument("--checkpointing", default="", help="e.g. none,full,selective (builds with the key)")
     ap.add_argument("--quick", action="store_true", help="the 100m shape at 1 and 3 ranks only")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: the caching allocator's peak on one GPU (one rank: --ranks 1)")
     ap.add_argument("--tolerance", type=float, default=0.10)
     ap.add_argument("--data", help="an llmtrain-prepare directory to reuse (default: byte-level SOTU, made here)")
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
@@ -166,6 +171,8 @@ def main():
                     help="predict the stored cases of FILE's tables again, beside their measurements; runs nothing")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build, "bin")
+    if a.device == "cuda" and a.ranks != "1":
+        sys.exit("--device cuda measures one rank on one GPU (llmtrain refuses two ranks per GPU): pass --ranks 1")
     if a.repredict:
         return repredict(bin_dir, a.repredict, a.tolerance)
     os.environ.update(OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -194,10 +201,10 @@ def main():
                                 continue  # bf16 parameters need dtype=bfloat16 (the trainer refuses)
                             keys = [*shape_keys, *STRATEGY_KEYS[strategy], f"--dtype={dtype}", *variant]
                             t0 = time.time()
-                            d = predicted(bin_dir, cfg, keys, world)
+                            d = predicted(bin_dir, cfg, [*keys, f"--device={a.device}"], world)
                             pred = d["memory"]["peak_bytes_per_rank"]
                             meas, _ = measured(bin_dir, a.mpiexec, cfg, keys, world, data,
-                                               os.path.join(work, "out"))
+                                               os.path.join(work, "out"), a.device)
                             err = row(shape, d, strategy, world, dtype, variant_label(variant), pred, meas,
                                       f"{time.time() - t0:.0f}", a.tolerance)
                             worst, n = max(worst, abs(err)), n + 1

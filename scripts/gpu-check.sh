@@ -17,6 +17,9 @@
 #   presets    every inputs/full_*.cfg as shipped for 3 iterations of one micro-batch: the measured peak against the
 #              memory plan's prediction and against GPU_CHECK_CARD_GIB (79.18: what an 80 GB H100
 #              has for tensors), or the plan's refusal, then a run at the largest batch it names
+#   memory     the memory plan against the caching allocator's peak beyond DDP in bf16 autocast:
+#              ZeRO-1, FSDP, bf16 parameters, full and selective activation checkpointing
+#              (benchmarks/memory_table.py --device cuda, LLaMA-2 1.36B at 4 x 2048, 6 cases)
 #   templates  jobs/tier1..3.sbatch through mpirun at one rank (ITERS=GPU_CHECK_ITERS)
 #   compare    benchmarks/compare_pytorch.sh --device cuda: llmtrain against PyTorch eager and
 #              torch.compile on the LLaMA-2 1.36B preset
@@ -162,6 +165,17 @@ print(f\"memory plan: {m['peak_bytes_per_rank'] / 2**30:.2f} GiB at batch {m['ba
     fi
     grep -m2 -E "^memory|attention:" "$W/$n.log" | sed 's/^/    /' | tee -a "$S"
   done
+fi
+
+if stage memory 150; then
+  mt=("$PY" "$SRC/benchmarks/memory_table.py" --build "$B" --device "$DEV" --data "$DATA" --shapes llama_1.36b
+      --ranks 1 --dtypes bfloat16)
+  { "${mt[@]}" --strategies ddp,zero1,fsdp --param_dtypes float32 --checkpointing none
+    "${mt[@]}" --strategies ddp --param_dtypes bfloat16 --checkpointing none
+    "${mt[@]}" --strategies ddp --param_dtypes float32 --checkpointing full,selective
+  } >"$W/memory.log" 2>&1
+  say "memory: plan against the caching allocator's peak (${DEV}):"
+  grep -E "^\| llama|FAILED|largest error" "$W/memory.log" | tee -a "$S"
 fi
 
 # The template runs and the comparison are timings: the GPU tests end first.

@@ -4,7 +4,9 @@
   presets    every full_* preset, 3 iterations at a per-GPU batch that fits an 80 GB card
              (batch 2 x the preset's block), bf16, the preset's attention backend chain
   modes      the tiny LLaMA: compile off and on, DDP / ZeRO-1 / FSDP at one rank, fp32 (TF32)
-             and bf16; every run finishes, its losses are finite and its MFU self-check passes
+             and bf16; bf16 parameters under each strategy; full and selective activation
+             checkpointing against none; every run finishes, its losses are finite and its MFU
+             self-check passes
   resume     6 straight iterations equal 3 + checkpoint + resume + 3 (bit for bit), sync and
              asynchronous checkpoints, ZeRO-1 and FSDP
 
@@ -74,6 +76,26 @@ elif case == "modes":
                 _, log = train(tag, "tiny_llama.cfg", *flags)
                 healthy(log, tag)
                 print(f"{tag}: final loss {log['training_iterations'][-1]['loss']:.4f}")
+    # bf16 parameters under each strategy, and activation checkpointing (the recompute on the GPU:
+    # its first loss is the plain run's, its last within 2%); the memory plan is checked by
+    # scripts/gpu-check.sh's memory stage.
+    plain = train("ckpt_none", "tiny_llama.cfg", "--dtype=bfloat16", "--max_iters=6")[1]
+    healthy(plain, "ckpt_none")
+    first, last = plain["training_iterations"][0]["loss"], plain["training_iterations"][-1]["loss"]
+    for mode in ("full", "selective"):
+        log = train(f"ckpt_{mode}", "tiny_llama.cfg", "--dtype=bfloat16", "--max_iters=6",
+                    f"--activation_checkpointing={mode}")[1]
+        healthy(log, f"ckpt_{mode}")
+        a, b = log["training_iterations"][0]["loss"], log["training_iterations"][-1]["loss"]
+        assert abs(a - first) <= 1e-4 * abs(first), f"checkpointing {mode}: first loss {a} against {first}"
+        assert abs(b - last) <= 0.02 * abs(last), f"checkpointing {mode}: last loss {b} against {last}"
+        print(f"activation_checkpointing={mode}: first loss {a:.4f} (none: {first:.4f}), last {b:.4f} ({last:.4f})")
+    for strat in ("ddp", "zero1", "fsdp"):
+        tag = f"param_bf16_{strat}"
+        flags = {"ddp": [], "zero1": ["--use_zero1=True"], "fsdp": ["--use_fsdp=True"]}[strat]
+        log = train(tag, "tiny_llama.cfg", "--dtype=bfloat16", "--param_dtype=bfloat16", "--max_iters=6", *flags)[1]
+        healthy(log, tag)
+        print(f"{tag}: final loss {log['training_iterations'][-1]['loss']:.4f}")
 elif case == "resume":
     for strat in ("zero1", "fsdp"):
         for async_ in ("False", "True"):
