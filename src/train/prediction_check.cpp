@@ -37,7 +37,8 @@ const char* phase_advice(int i) {
       return "the storage under data_dir and the loader (use_dataloader=True prefetches)";
     case static_cast<int>(Phase::forward_backward):
       return "the device: other processes on it, clocks or thermal throttling, the attention kernel in use "
-             "(start-up line), num_threads on CPU";
+             "(start-up line), num_threads on CPU; and whether the profile's rates are this machine's "
+             "(device_profile=calibrate measures them before the first step)";
     case static_cast<int>(Phase::communication):
       return "the interconnect between the ranks (NCCL_DEBUG=INFO names the transport; nccl-tests' bus bandwidth "
              "against the device profile's), ddp_bucket_mb, and that the ranks per node match the hardware";
