@@ -297,7 +297,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& mask, const Documents* docs) {
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = n_head_, K = n_kv_head_, D = head_dim_;
-  auto qkv = linear(c_attn, x);                                                // (B, T, (H + 2K) * D)
+  auto qkv = linear(c_attn, x);                                        // (B, T, (H + 2K) * D)
   auto q = qkv.narrow(-1, 0, H * D).view({B, T, H, D});
   auto k = qkv.narrow(-1, H * D, K * D).view({B, T, K, D});
   auto v = qkv.narrow(-1, (H + K) * D, K * D).view({B, T, K, D});

@@ -166,7 +166,7 @@ double fused_block_bytes(const ModelConfig& m, const Shapes& s, double a, double
   return blk;
 }
 
-// RMSNorm over rows of n elements of `in` bytes (NormImpl::forward): to fp32
+// RMSNorm over rows whose elements are `in` bytes (NormImpl::forward): to fp32
 // when 16-bit, pow (read, write), mean (read), the row scale (read, write),
 // back to the input's dtype when 16-bit, times the weight (read `in`, write
 // `out`: fp32 when a 16-bit row meets fp32 weights, as QK-norm's under
@@ -231,8 +231,9 @@ ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
     c.fwd_attn = s.L * (attn_full / 2.0) / (rate * 1e12);
     c.bwd_attn = kFlashBackwardFactor * c.fwd_attn;
   }
-  // Element-wise traffic per block, forward (bytes): the residual stream is
-  // fp32 (residual adds promote), matmul outputs are in the compute dtype.
+  // Element-wise traffic per block, forward (bytes): the residual stream is in
+  // the parameters' dtype (fp32 under autocast: residual adds promote), matmul
+  // outputs in the compute dtype.
   const double a = act_bytes(r.dtype), st = 4.0;
   const double blk = r.elementwise == ElementwiseKernels::fused ? fused_block_bytes(m, s, a, st)
                                                                 : llmtrain_block_bytes(m, s, a, r.param_bytes);

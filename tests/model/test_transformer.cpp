@@ -636,7 +636,7 @@ TEST(ActivationBytes, PerBlockMatchesTheCountingAllocator) {
 // allocates its 16-bit output and autocast's 16-bit copies of x, W and b, not
 // an fp32 copy of the output: model_detail::linear fuses the bias into the
 // GEMM. (torch::nn::Linear's forward multiplies and then adds the fp32 bias in
-// place, through two fp32 (B, T, N) temporaries: 16 bytes per output element
+// place, through two fp32 (B, T, N) temporaries: 8 bytes per output element
 // at its peak, which no memory model counted; tiny_gpt2's recomputed blocks
 // were 7-11% over their prediction for it.) The bound leaves 256 KiB for the
 // GEMM's own scratch.
