@@ -154,17 +154,26 @@ double fit_launch_us(const Config& c, const ModelConfig& m, const torch::Device&
   const auto tokens = torch::TensorOptions().device(dev).dtype(torch::kLong);
   const auto x = torch::randint(0, m.vocab_size, {c.batch_size, m.block_size}, tokens);
   const auto y = torch::randint(0, m.vocab_size, {c.batch_size, m.block_size}, tokens);
-  const double s = time_call(
-      [&] {
-        torch::Tensor loss;
-        {
-          AutocastGuard autocast(dev, dtype);
-          loss = probe->loss(x, y);
-        }
-        loss.backward();
-        for (auto& t : probe->parameters()) t.mutable_grad() = torch::Tensor();  // as zero_grad(set_to_none)
-      },
-      1, dev);
+  auto step = [&] {
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(dev, dtype);
+      loss = probe->loss(x, y);
+    }
+    loss.backward();
+    for (auto& t : probe->parameters()) t.mutable_grad() = torch::Tensor();  // as zero_grad(set_to_none)
+  };
+  // Each of time_call's 5 timed repetitions runs the step often enough to take
+  // about 0.25 s: for a small model, 5 single steps span a fraction of a
+  // second, which one burst of other work on the machine can fill, and the
+  // median is then that burst (docs/performance-model.md, the CPU tables).
+  const auto t0 = std::chrono::steady_clock::now();
+  step();
+  if (dev.is_cuda()) torch::cuda::synchronize();
+  const double once = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double reps_d = std::clamp(0.25 / std::max(once, 1e-6), 1.0, 20.0);
+  MPI_Allreduce(MPI_IN_PLACE, &reps_d, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);  // every rank times alike
+  const double s = time_call(step, static_cast<int>(reps_d), dev);
   if (measured_ms) *measured_ms = s * 1e3;
   // The prediction of one micro-batch is linear in launch_us: fb(l) = fb0 + l * per_us.
   RunShape r = RunShape::from_config(c, m);
