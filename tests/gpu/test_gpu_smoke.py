@@ -35,6 +35,7 @@ if not gpus.startswith("GPU "):
 print(gpus.splitlines()[0])
 work = e.setup(sys.argv, "gpu_" + case)
 GPU = ["--device=cuda", "--log_interval=1", "--eval_interval=1000", "--eval_iters=1", "--warmup_iters=2"]
+STRATEGY = {"ddp": [], "zero1": ["--use_zero1=True"], "fsdp": ["--use_fsdp=True"]}
 
 
 def train(out, cfg, *extra, n=1):
@@ -72,7 +73,7 @@ elif case == "modes":
             for dtype in ("float32", "bfloat16"):
                 tag = f"compile{compile_}_{strat}_{dtype}"
                 flags = [f"--compile={compile_}", f"--dtype={dtype}", "--max_iters=6"]
-                flags += {"ddp": [], "zero1": ["--use_zero1=True"], "fsdp": ["--use_fsdp=True"]}[strat]
+                flags += STRATEGY[strat]
                 _, log = train(tag, "tiny_llama.cfg", *flags)
                 healthy(log, tag)
                 print(f"{tag}: final loss {log['training_iterations'][-1]['loss']:.4f}")
@@ -92,7 +93,7 @@ elif case == "modes":
         print(f"activation_checkpointing={mode}: first loss {a:.4f} (none: {first:.4f}), last {b:.4f} ({last:.4f})")
     for strat in ("ddp", "zero1", "fsdp"):
         tag = f"param_bf16_{strat}"
-        flags = {"ddp": [], "zero1": ["--use_zero1=True"], "fsdp": ["--use_fsdp=True"]}[strat]
+        flags = STRATEGY[strat]
         log = train(tag, "tiny_llama.cfg", "--dtype=bfloat16", "--param_dtype=bfloat16", "--max_iters=6", *flags)[1]
         healthy(log, tag)
         print(f"{tag}: final loss {log['training_iterations'][-1]['loss']:.4f}")
