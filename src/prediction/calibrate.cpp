@@ -32,12 +32,21 @@ using Clock = std::chrono::steady_clock;
 
 // Median of 5 timed repetitions (after one warm-up) of `f`, each repetition
 // running f `reps` times; seconds per call. The slowest rank's median.
-double time_call(const std::function<void()>& f, int reps, const torch::Device& device) {
+// `sample_s` > 0: reps instead from the warm-up's time, so that a repetition
+// takes about sample_s (at most 20 calls; the same count on every rank).
+double time_call(const std::function<void()>& f, int reps, const torch::Device& device, double sample_s = 0.0) {
   auto sync = [&] {
     if (device.is_cuda()) torch::cuda::synchronize();
   };
+  const auto warm = Clock::now();
   f();
   sync();
+  if (sample_s > 0) {
+    const double once = std::chrono::duration<double>(Clock::now() - warm).count();
+    double n = std::clamp(sample_s / std::max(once, 1e-6), 1.0, 20.0);
+    MPI_Allreduce(MPI_IN_PLACE, &n, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    reps = static_cast<int>(n);
+  }
   std::vector<double> t;
   for (int i = 0; i < 5; ++i) {
     const auto start = Clock::now();
@@ -163,17 +172,11 @@ double fit_launch_us(const Config& c, const ModelConfig& m, const torch::Device&
     loss.backward();
     for (auto& t : probe->parameters()) t.mutable_grad() = torch::Tensor();  // as zero_grad(set_to_none)
   };
-  // Each of time_call's 5 timed repetitions runs the step often enough to take
-  // about 0.25 s: for a small model, 5 single steps span a fraction of a
-  // second, which one burst of other work on the machine can fill, and the
-  // median is then that burst (docs/performance-model.md, the CPU tables).
-  const auto t0 = std::chrono::steady_clock::now();
-  step();
-  if (dev.is_cuda()) torch::cuda::synchronize();
-  const double once = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  double reps_d = std::clamp(0.25 / std::max(once, 1e-6), 1.0, 20.0);
-  MPI_Allreduce(MPI_IN_PLACE, &reps_d, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);  // every rank times alike
-  const double s = time_call(step, static_cast<int>(reps_d), dev);
+  // Each of the 5 timed repetitions runs the step often enough to take about
+  // 0.25 s: for a small model, 5 single steps span a fraction of a second,
+  // which one burst of other work on the machine can fill, and the median is
+  // then that burst (docs/performance-model.md, the CPU tables).
+  const double s = time_call(step, 1, dev, /*sample_s=*/0.25);
   if (measured_ms) *measured_ms = s * 1e3;
   // The prediction of one micro-batch is linear in launch_us: fb(l) = fb0 + l * per_us.
   RunShape r = RunShape::from_config(c, m);
