@@ -25,8 +25,8 @@
 #include "llmtrain/distributed/strategy.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/checkpoint.hpp"
-#include "llmtrain/train/checkpoint_state.hpp"
+#include "llmtrain/checkpoint/checkpoint.hpp"
+#include "llmtrain/train/checkpoint_parts.hpp"
 
 namespace fs = std::filesystem;
 

@@ -22,7 +22,7 @@
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/device_memory.hpp"
+#include "llmtrain/record/device_memory.hpp"
 #include "llmtrain/train/precision.hpp"
 
 using llmtrain::ActivationCheckpointing;
@@ -31,7 +31,7 @@ using llmtrain::Transformer;
 
 namespace {
 
-// The trainer's counting CPU allocator (train/device_memory.hpp), installed
+// The trainer's counting CPU allocator (record/device_memory.hpp), installed
 // in main before any tensor: bytes alive now and their peak.
 const torch::Device kCpu(torch::kCPU);
 int64_t reset_peak() {

@@ -9,9 +9,9 @@
 
 #include <filesystem>
 
-#include "llmtrain/train/metrics.hpp"
-#include "llmtrain/train/run_log.hpp"
-#include "llmtrain/train/tensorboard.hpp"
+#include "llmtrain/record/metrics.hpp"
+#include "llmtrain/record/run_log.hpp"
+#include "llmtrain/record/tensorboard.hpp"
 
 namespace {
 

@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "llmtrain/train/checkpoint.hpp"
+#include "llmtrain/checkpoint/checkpoint.hpp"
 
 namespace fs = std::filesystem;
 

@@ -18,7 +18,7 @@
 #include "llmtrain/prediction/device_profile.hpp"  // defines: DeviceProfile, load_device_profile
 #include "llmtrain/prediction/memory_model.hpp"  // defines: gpu_tensor_bytes (the caching allocator's reserve)
 #include "llmtrain/plan/scaling_law.hpp"  // defines: ScalingLaw, fit_scaling_law
-#include "llmtrain/train/run_log_reader.hpp"  // defines: expand_run_logs
+#include "llmtrain/record/run_log_reader.hpp"  // defines: expand_run_logs
 #include "llmtrain/core/atomic_file.hpp"  // defines: write_file_atomic
 
 namespace po = boost::program_options;

@@ -1,7 +1,7 @@
 // llmtrain-report: summary, comparison, token-budget and scaling tables over
 // one or many run logs (out_dir/run_*.json); --plot writes PNGs through
 // scripts/llmtrain_plot.py; --html writes one self-contained page (SVG plots
-// drawn in C++, train/html_report.hpp). Exit code 3 when a log fails the self-check.
+// drawn in C++, record/html_report.hpp). Exit code 3 when a log fails the self-check.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,10 +17,10 @@
 
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/train/html_report.hpp"
-#include "llmtrain/train/run_log.hpp"
-#include "llmtrain/train/run_log_reader.hpp"
-#include "llmtrain/train/run_report.hpp"
+#include "llmtrain/record/html_report.hpp"
+#include "llmtrain/record/run_log.hpp"
+#include "llmtrain/record/run_log_reader.hpp"
+#include "llmtrain/record/run_report.hpp"
 
 namespace fs = std::filesystem;
 namespace po = boost::program_options;

@@ -10,9 +10,9 @@
 #include "llmtrain/core/log.hpp"      // defines: log::info (rank 0 only)
 #include "llmtrain/distributed/runtime.hpp"  // defines: Runtime, run_main (errors abort every rank)
 #include "llmtrain/prediction/calibrate.hpp"  // defines: calibrate_device_profile (--calibrate)
-#include "llmtrain/train/describe.hpp"   // defines: describe_model, describe_json
-#include "llmtrain/train/hf_init.hpp"    // defines: apply_hf_config (init_from=hf:DIR sets the model keys)
-#include "llmtrain/train/run_log.hpp"   // defines: library_versions, format_versions
+#include "llmtrain/prediction/describe.hpp"   // defines: describe_model, describe_json
+#include "llmtrain/model/hf_init.hpp"    // defines: apply_hf_config (init_from=hf:DIR sets the model keys)
+#include "llmtrain/record/run_log.hpp"   // defines: library_versions, format_versions
 #include "llmtrain/train/trainer.hpp"   // defines: Trainer
 
 int main(int argc, char** argv) {

@@ -17,7 +17,7 @@
 #include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/model/params.hpp"
-#include "llmtrain/train/run_report.hpp"
+#include "llmtrain/record/run_report.hpp"
 
 namespace llmtrain {
 namespace fs = std::filesystem;

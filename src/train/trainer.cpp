@@ -19,7 +19,7 @@
 #include "llmtrain/core/fault.hpp"          // defines: fault::hit (named fault points for the tests)
 #include "llmtrain/core/log.hpp"            // defines: log::info (rank 0 only)
 #include "llmtrain/prediction/calibrate.hpp"      // defines: calibrate_device_profile (device_profile=calibrate)
-#include "llmtrain/train/prediction_check.hpp"  // defines: PredictionCheck, run_device_profile, kCalibrateProfile
+#include "llmtrain/record/prediction_check.hpp"  // defines: PredictionCheck, run_device_profile, kCalibrateProfile
 #include "llmtrain/data/loader.hpp"         // defines: TokenLoader, Batch, read_data_info
 #include "llmtrain/distributed/collectives.hpp"    // defines: Collectives, make_collectives
 #include "llmtrain/distributed/runtime.hpp"        // defines: Runtime (rank, device)
@@ -28,16 +28,16 @@
 #include "llmtrain/model/hf.hpp"            // defines: load_hf_checkpoint, export_hf (transformers format)
 #include "llmtrain/model/params.hpp"        // defines: parameter_table (checkpoint names and shapes)
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
-#include "llmtrain/train/checkpoint.hpp"    // defines: Checkpointer, TrainState (HDF5 checkpoints, resume)
-#include "llmtrain/train/checkpoint_state.hpp"  // defines: the state's parts in a checkpoint (Stateful)
-#include "llmtrain/train/device_memory.hpp"  // defines: count_cpu_allocations, allocated_bytes, available_memory
+#include "llmtrain/checkpoint/checkpoint.hpp"    // defines: Checkpointer, TrainState (HDF5 checkpoints, resume)
+#include "llmtrain/train/checkpoint_parts.hpp"  // defines: the state's parts in a checkpoint (Stateful)
+#include "llmtrain/record/device_memory.hpp"  // defines: count_cpu_allocations, allocated_bytes, available_memory
 #include "llmtrain/train/eval_full.hpp"     // defines: evaluate_full (eval_full=True)
 #include "llmtrain/train/memory_check.hpp"  // defines: check_memory_fits (refuse before an out-of-memory)
-#include "llmtrain/train/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
+#include "llmtrain/record/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
 #include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
 #include "llmtrain/core/progress.hpp"      // defines: ProgressBar
-#include "llmtrain/train/run_log.hpp"       // defines: RunLog, start-up block
-#include "llmtrain/train/tensorboard.hpp"   // defines: make_tensorboard_follower
+#include "llmtrain/record/run_log.hpp"       // defines: RunLog, start-up block
+#include "llmtrain/record/tensorboard.hpp"   // defines: make_tensorboard_follower
 #include "llmtrain/train/schedule.hpp"      // defines: LrSchedule
 
 namespace llmtrain {
@@ -201,7 +201,7 @@ struct Trainer::Impl {
 
   ~Impl() { rt.set_observer(nullptr); }
 
-  // The checkpoint's parts, in file order (train/checkpoint_state.hpp).
+  // The checkpoint's parts, in file order (train/checkpoint_parts.hpp).
   void register_checkpoint_parts() {
     const std::string tokenizer = data.tokenizer_hash.empty() ? data.tokenizer
                                                               : data.tokenizer + " " + data.tokenizer_hash;

@@ -14,7 +14,7 @@
 #include "data_test_util.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/data/loader.hpp"
-#include "llmtrain/train/checkpoint.hpp"
+#include "llmtrain/checkpoint/checkpoint.hpp"
 #include "test_util.hpp"
 
 using llmtrain::Split;

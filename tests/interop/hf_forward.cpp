@@ -15,7 +15,7 @@
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/model/safetensors.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/hf_init.hpp"
+#include "llmtrain/model/hf_init.hpp"
 
 int main(int argc, char** argv) {
   using namespace llmtrain;

@@ -19,7 +19,7 @@
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/model/safetensors.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/hf_init.hpp"
+#include "llmtrain/model/hf_init.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

@@ -16,7 +16,7 @@
 #include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/params.hpp"
-#include "llmtrain/train/describe.hpp"
+#include "llmtrain/prediction/describe.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "model/layers.hpp"
 #include "test_util.hpp"

@@ -14,7 +14,7 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/device_memory.hpp"
+#include "llmtrain/record/device_memory.hpp"
 #include "llmtrain/train/precision.hpp"
 #include "model/layers.hpp"
 

@@ -15,7 +15,7 @@
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/train/describe.hpp"
+#include "llmtrain/prediction/describe.hpp"
 #include "llmtrain/prediction/memory_model.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/plan/planner.hpp"

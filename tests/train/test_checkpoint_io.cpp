@@ -1,4 +1,4 @@
-// CheckpointWriter's turns (issue 31, point 3; src/train/checkpoint_turns.hpp):
+// CheckpointWriter's turns (issue 31, point 3; src/checkpoint/checkpoint_turns.hpp):
 // on a file system that locks a whole file for each write, the ranks of a node
 // write their shares of a checkpoint one after the other, each holding an flock
 // on the node's lock file for all its writes. Checked from outside: a save
@@ -22,9 +22,9 @@
 #include <torch/torch.h>
 
 #include "llmtrain/distributed/runtime.hpp"
-#include "llmtrain/train/checkpoint.hpp"
+#include "llmtrain/checkpoint/checkpoint.hpp"
 #include "test_util.hpp"
-#include "train/checkpoint_turns.hpp"
+#include "checkpoint/checkpoint_turns.hpp"
 
 namespace fs = std::filesystem;
 using namespace llmtrain;

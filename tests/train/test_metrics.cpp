@@ -14,11 +14,11 @@
 #include "llmtrain/distributed/collectives.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/prediction/device_peaks.hpp"
-#include "llmtrain/train/device_memory.hpp"
+#include "llmtrain/record/device_memory.hpp"
 #include "llmtrain/train/memory_check.hpp"
-#include "llmtrain/train/metrics.hpp"
-#include "llmtrain/train/run_log.hpp"
-#include "llmtrain/train/run_log_reader.hpp"
+#include "llmtrain/record/metrics.hpp"
+#include "llmtrain/record/run_log.hpp"
+#include "llmtrain/record/run_log_reader.hpp"
 #include "test_util.hpp"
 
 using namespace llmtrain;

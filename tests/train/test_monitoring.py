@@ -29,7 +29,7 @@ import e2e_common as e  # noqa: E402
 
 work = e.setup(sys.argv, "monitoring")
 
-# Run-log key -> TensorBoard tag (src/train/tensorboard.cpp's table, as users see it).
+# Run-log key -> TensorBoard tag (src/record/tensorboard.cpp's table, as users see it).
 ITERATION_TAGS = {
     "loss": "loss/train", "lr": "optim/lr", "grad_norm": "optim/grad_norm",
     "tokens_per_sec": "perf/tokens_per_sec", "mfu": "perf/mfu_percent", "achieved_tflops": "perf/achieved_tflops",

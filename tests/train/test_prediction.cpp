@@ -17,7 +17,7 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/prediction/cost_model.hpp"
-#include "llmtrain/train/prediction_check.hpp"
+#include "llmtrain/record/prediction_check.hpp"
 #include "published_runs.hpp"
 
 using namespace llmtrain;

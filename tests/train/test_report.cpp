@@ -16,10 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "run_command.hpp"
-#include "llmtrain/train/html_report.hpp"
-#include "llmtrain/train/run_log.hpp"
-#include "llmtrain/train/run_report.hpp"
-#include "llmtrain/train/tensorboard.hpp"
+#include "llmtrain/record/html_report.hpp"
+#include "llmtrain/record/run_log.hpp"
+#include "llmtrain/record/run_report.hpp"
+#include "llmtrain/record/tensorboard.hpp"
 #include "test_util.hpp"
 
 using namespace llmtrain;

@@ -20,8 +20,8 @@
 
 #include "run_command.hpp"
 #include "llmtrain/core/config.hpp"
-#include "llmtrain/train/metrics.hpp"
-#include "llmtrain/train/run_log_reader.hpp"
+#include "llmtrain/record/metrics.hpp"
+#include "llmtrain/record/run_log_reader.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

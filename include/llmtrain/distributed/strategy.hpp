@@ -80,7 +80,7 @@ class Strategy {
   // frees them again at the next forward.
   virtual void materialize_parameters() {}
 
-  // Checkpoints (train/checkpoint.hpp writes and reads them; any strategy and
+  // Checkpoints (checkpoint/checkpoint.hpp writes and reads them; any strategy and
   // world size can load what any other wrote, since tensors are stored whole):
   // What this rank saves of `what`: slices that, over all ranks, cover every
   // element of every parameter exactly once (sharded strategies: each owner

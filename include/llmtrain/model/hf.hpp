@@ -41,7 +41,7 @@ struct HfModelKeys {
   int64_t max_positions = 0;    // max_position_embeddings / n_positions
 };
 
-// Reads DIR/config.json (train/hf_init.hpp applies it to the run's config for
+// Reads DIR/config.json (model/hf_init.hpp applies it to the run's config for
 // init_from=hf:DIR). DataError when it is missing or not JSON; ConfigError
 // naming the option for an architecture or option llmtrain does not implement
 // (RoPE scaling types other than default, attention/MLP biases in LLaMA/Qwen3,

@@ -1,6 +1,6 @@
 // Refuse before an out-of-memory: at start-up, before the model is allocated,
 // the predicted peak of the run's strategy (prediction/memory_model.hpp) is
-// compared with what the rank's device has (train/device_memory.hpp). A run
+// compared with what the rank's device has (record/device_memory.hpp). A run
 // that cannot fit stops with one line; memory_check=false lets it run.
 #pragma once
 #include <optional>
@@ -8,7 +8,7 @@
 
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/prediction/memory_model.hpp"
-#include "llmtrain/train/device_memory.hpp"
+#include "llmtrain/record/device_memory.hpp"
 
 namespace llmtrain {
 

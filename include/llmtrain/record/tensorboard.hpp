@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "llmtrain/train/run_log.hpp"
+#include "llmtrain/record/run_log.hpp"
 
 namespace llmtrain {
 

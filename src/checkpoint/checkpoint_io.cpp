@@ -1,6 +1,6 @@
 // CheckpointWriter and CheckpointReader: the HDF5 side of checkpoints (groups,
 // attributes, whole tensors written and read as slices). The parts of the
-// training state (checkpoint_state.cpp) see only these two classes.
+// training state (train/checkpoint_parts.cpp) see only these two classes.
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/file.h>
@@ -25,14 +25,14 @@
 #include <torch/torch.h>
 
 #include "core/hdf5_util.hpp"
-#include "train/checkpoint_ops.hpp"
-#include "train/checkpoint_turns.hpp"
+#include "checkpoint/checkpoint_ops.hpp"
+#include "checkpoint/checkpoint_turns.hpp"
 #include "llmtrain/core/crc32c.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/fault.hpp"
 #include "llmtrain/core/hdf5_mutex.hpp"
 #include "llmtrain/distributed/runtime.hpp"
-#include "llmtrain/train/checkpoint.hpp"
+#include "llmtrain/checkpoint/checkpoint.hpp"
 
 namespace llmtrain {
 namespace fs = std::filesystem;
@@ -157,7 +157,7 @@ void sleeping_barrier(MPI_Comm comm) {
 
 }  // namespace
 
-// ---- turns of the writers of one node (train/checkpoint_turns.hpp) ---------------------
+// ---- turns of the writers of one node (checkpoint/checkpoint_turns.hpp) ---------------------
 
 namespace {
 
@@ -374,7 +374,7 @@ void CheckpointWriter::File::write(const Pending& w, Direct* direct) {
 
 // Every dataset exists: this rank writes all its slices in file order, with no
 // collective call in between. Where the file system locks the whole file for a
-// write, the ranks of this node take turns (train/checkpoint_turns.hpp): each
+// write, the ranks of this node take turns (checkpoint/checkpoint_turns.hpp): each
 // writes its whole share holding the node's lock, so the writes of two ranks do
 // not alternate piece by piece. A rank whose share is written waits asleep.
 void CheckpointWriter::File::write_pending(bool kill_half_way) {

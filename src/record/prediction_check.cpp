@@ -1,4 +1,4 @@
-#include "llmtrain/train/prediction_check.hpp"
+#include "llmtrain/record/prediction_check.hpp"
 
 #include <algorithm>
 

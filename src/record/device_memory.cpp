@@ -1,4 +1,4 @@
-#include "llmtrain/train/device_memory.hpp"
+#include "llmtrain/record/device_memory.hpp"
 
 #include <atomic>
 #include <fstream>
@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "llmtrain/prediction/memory_model.hpp"
-#include "train/device_memory_impl.hpp"
+#include "record/device_memory_impl.hpp"
 
 namespace llmtrain {
 

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/prediction/cost_model.hpp"
-#include "llmtrain/train/metrics.hpp"
+#include "llmtrain/record/metrics.hpp"
 
 namespace llmtrain {
 

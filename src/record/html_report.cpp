@@ -1,6 +1,6 @@
 // llmtrain-report --html: the page and its SVG plots, with no script and
 // nothing fetched (fonts, styles and plots are all in the one file).
-#include "llmtrain/train/html_report.hpp"
+#include "llmtrain/record/html_report.hpp"
 
 #include <algorithm>
 #include <cmath>

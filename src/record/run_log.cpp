@@ -1,4 +1,4 @@
-#include "llmtrain/train/run_log.hpp"
+#include "llmtrain/record/run_log.hpp"
 
 #include <mpi.h>
 #include <hdf5.h>
@@ -29,7 +29,7 @@
 #include "core/hdf5_util.hpp"           // defines: H5_LOCKED
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/metrics.hpp"
+#include "llmtrain/record/metrics.hpp"
 
 namespace llmtrain {
 namespace fs = std::filesystem;

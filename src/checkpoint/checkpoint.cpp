@@ -13,8 +13,8 @@
 //   /rng/cpu               uint8 (world_size, state bytes): every rank's CPU generator      [RngCheckpoint]
 //   /rng/cuda              uint8 (world_size, state bytes): every rank's CUDA generator (CUDA runs)
 // The Checkpointer writes the header and orchestrates; each part writes its own
-// piece (train/checkpoint_state.hpp) through CheckpointWriter (checkpoint_io.cpp).
-#include "llmtrain/train/checkpoint.hpp"
+// piece (train/checkpoint_parts.hpp) through CheckpointWriter (checkpoint_io.cpp).
+#include "llmtrain/checkpoint/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <mpi.h>
@@ -40,8 +40,8 @@
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/core/hdf5_mutex.hpp"
 #include "llmtrain/distributed/runtime.hpp"
-#include "llmtrain/train/run_log.hpp"
-#include "train/checkpoint_ops.hpp"
+#include "llmtrain/record/run_log.hpp"
+#include "checkpoint/checkpoint_ops.hpp"
 
 namespace llmtrain {
 namespace fs = std::filesystem;

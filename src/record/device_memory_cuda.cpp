@@ -1,12 +1,12 @@
 // CUDA builds: the caching allocator's statistics and cudaMemGetInfo for
-// train/device_memory.cpp.
+// record/device_memory.cpp.
 #include <cuda_runtime_api.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "llmtrain/core/error.hpp"
-#include "train/device_memory_impl.hpp"
+#include "record/device_memory_impl.hpp"
 
 namespace llmtrain::detail {
 

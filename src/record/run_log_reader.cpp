@@ -1,4 +1,4 @@
-#include "llmtrain/train/run_log_reader.hpp"
+#include "llmtrain/record/run_log_reader.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "llmtrain/train/run_log_reader.hpp"
-#include "llmtrain/train/run_report.hpp"
+#include "llmtrain/record/run_log_reader.hpp"
+#include "llmtrain/record/run_report.hpp"
 
 namespace llmtrain {
 

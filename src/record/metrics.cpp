@@ -1,4 +1,4 @@
-#include "llmtrain/train/metrics.hpp"
+#include "llmtrain/record/metrics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +17,7 @@
 
 #include "llmtrain/core/progress.hpp"
 #include "llmtrain/distributed/collectives.hpp"
-#include "llmtrain/train/device_memory.hpp"
+#include "llmtrain/record/device_memory.hpp"
 
 namespace llmtrain {
 namespace {

@@ -7,7 +7,7 @@
 //
 // Each part of the state that has state saves and loads its own piece through
 // one small interface, Stateful (torchtitan's checkpoint manager; the parts are
-// in train/checkpoint_state.hpp). The Checkpointer only orchestrates: a
+// in train/checkpoint_parts.hpp). The Checkpointer only orchestrates: a
 // temporary file, every registered part writes, close, publish; on load the
 // newest file every part accepts, every part reads, finish.
 //
@@ -80,7 +80,7 @@ class CheckpointWriter {
   void replay(const CheckpointOps& ops);  // makes the recorded calls on this file
   // Collective: writes this rank's tensor slices (tensor() only creates the
   // datasets), all in file order; where the file system locks a whole file per
-  // write the ranks of a node take turns (train/checkpoint_turns.hpp). Then
+  // write the ranks of a node take turns (checkpoint/checkpoint_turns.hpp). Then
   // combines every rank's slice checksums and writes each dataset's crc32c.
   void finish();
   // Collective: closes the file. Returns this rank's first failure ("" = none):

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "llmtrain/train/run_log_reader.hpp"
+#include "llmtrain/record/run_log_reader.hpp"
 
 namespace llmtrain {
 

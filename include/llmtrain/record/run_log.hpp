@@ -55,7 +55,7 @@ std::string format_startup_block(const Config& config, const ModelConfig& model,
                                  const RunEnvironment& env, const MetricsSetup& metrics);
 
 // Takes the run log's records as they are added, on rank 0, beside the file:
-// the TensorBoard writer (train/tensorboard.hpp). Called under the RunLog's lock.
+// the TensorBoard writer (record/tensorboard.hpp). Called under the RunLog's lock.
 class RunLogFollower {
  public:
   virtual ~RunLogFollower() = default;

@@ -1,9 +1,9 @@
-// Private: the CUDA half of train/device_memory.cpp (device_memory_cuda.cpp,
+// Private: the CUDA half of record/device_memory.cpp (device_memory_cuda.cpp,
 // compiled in CUDA builds only).
 #pragma once
 #include <cstdint>
 
-#include "llmtrain/train/device_memory.hpp"
+#include "llmtrain/record/device_memory.hpp"
 
 namespace llmtrain::detail {
 AllocatedBytes cuda_allocated_bytes(int device_index);

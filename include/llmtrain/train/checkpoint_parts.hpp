@@ -1,5 +1,5 @@
 // The parts of the training state, each saving and loading its own piece of a
-// checkpoint through train/checkpoint.hpp's Stateful (docs/checkpoint-format.md
+// checkpoint through checkpoint/checkpoint.hpp's Stateful (docs/checkpoint-format.md
 // has the layout). The trainer adds them to its Checkpointer in this order.
 #pragma once
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include <torch/types.h>
 
 #include "llmtrain/model/params.hpp"
-#include "llmtrain/train/checkpoint.hpp"
+#include "llmtrain/checkpoint/checkpoint.hpp"
 
 namespace llmtrain {
 

@@ -1,6 +1,6 @@
 // llmtrain-report's half of the run log: reading logs back, condensing them
 // (RunSummary) and the comparison, budget and scaling tables.
-#include "llmtrain/train/run_report.hpp"
+#include "llmtrain/record/run_report.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/config.hpp"
-#include "llmtrain/train/metrics.hpp"
+#include "llmtrain/record/metrics.hpp"
 
 namespace llmtrain {
 namespace {

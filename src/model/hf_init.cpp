@@ -1,5 +1,5 @@
 // init_from=hf:DIR at the config edge: DIR/config.json sets the model keys.
-#include "llmtrain/train/hf_init.hpp"
+#include "llmtrain/model/hf_init.hpp"
 
 #include <algorithm>
 

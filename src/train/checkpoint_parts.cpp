@@ -1,5 +1,5 @@
-// The parts of the training state in checkpoints (checkpoint_state.hpp).
-#include "llmtrain/train/checkpoint_state.hpp"
+// The parts of the training state in checkpoints (checkpoint_parts.hpp).
+#include "llmtrain/train/checkpoint_parts.hpp"
 
 #include <algorithm>
 #include <set>

@@ -1,7 +1,7 @@
 // TensorBoard event files by hand: the record framing and the few protobuf
 // messages TensorBoard reads (tensorflow/core/util/event.proto, summary.proto,
 // tensor.proto), encoded field by field in the protobuf wire format.
-#include "llmtrain/train/tensorboard.hpp"
+#include "llmtrain/record/tensorboard.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "llmtrain/train/describe.hpp"
+#include "llmtrain/prediction/describe.hpp"
 
 #include <algorithm>
 
