@@ -677,6 +677,7 @@ double predicted_step_ms(const RunLogData& log) {
 }
 
 double planned_memory_bytes(const RunLogData& log) {
+  if (const json* p = log.startup({"memory", "plan_bytes"}); p && p->is_number()) return p->get<double>();
   try {
     Config c;
     for (const auto& [key, value] : log.config().items()) {

@@ -56,8 +56,9 @@ std::vector<ReportFigure> report_figures(const std::vector<RunSummary>& runs, co
 double predicted_step_ms(const RunLogData& log);
 
 // The memory plan of a run: bytes per rank predicted by the memory model
-// (prediction/memory_model.hpp, the start-up memory check's figure) for the
-// run's configuration as its log records it; negative when it cannot be made.
+// (prediction/memory_model.hpp, the start-up memory check's figure):
+// startup_info.memory.plan_bytes where the run recorded it, else made here from
+// the configuration its log records; negative when it cannot be made.
 double planned_memory_bytes(const RunLogData& log);
 
 // The page; runs[i] summarizes logs[i].
