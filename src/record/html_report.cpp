@@ -218,14 +218,13 @@ struct Phase {
   const char* name;           // as the figure says it
   const char* measured_key;   // RunSummary.summary mean_<...>
   const char* predicted_key;  // startup_info.prediction.phases.<...>; nullptr: predicted 0
-  const char* color;
 };
 constexpr Phase kPhases[] = {
-    {"forward/backward", "mean_forward_backward_ms", "forward_backward_s", "#1f77b4"},
-    {"optimizer", "mean_optimizer_ms", "optimizer_s", "#2ca02c"},
-    {"exposed communication", "mean_communication_ms", "communication_s", "#d62728"},
-    {"data", "mean_data_ms", "data_s", "#ff7f0e"},
-    {"other", "mean_other_ms", nullptr, "#7f7f7f"},  // the model predicts no time outside the phases
+    {"forward/backward", "mean_forward_backward_ms", "forward_backward_s"},
+    {"optimizer", "mean_optimizer_ms", "optimizer_s"},
+    {"exposed communication", "mean_communication_ms", "communication_s"},
+    {"data", "mean_data_ms", "data_s"},
+    {"other", "mean_other_ms", nullptr},  // the model predicts no time outside the phases
 };
 
 std::string fmt_duration(double s) {

@@ -323,8 +323,14 @@ TEST(HtmlReport, MfuPlotSaysWhyThereIsNone) {
   for (auto& rec : log.iterations) rec.erase("mfu");
   log.startup_info["absent_keys"] = {{"training_iterations[].mfu", "MFU needs the device's dense peak (cpu)"}};
   const auto run = summarize_run_log(log, -1);
-  for (const auto& f : report_figures({run}, {log}))
-    if (f.id == "mfu") EXPECT_NE(f.svg.find("No MFU: MFU needs the device"), std::string::npos) << f.svg;
+  bool found = false;
+  for (const auto& f : report_figures({run}, {log})) {
+    if (f.id != "mfu") continue;
+    found = true;
+    EXPECT_NE(f.svg.find("No MFU: MFU needs the device"), std::string::npos) << f.svg;
+    EXPECT_EQ(f.svg.find("<circle"), std::string::npos) << "an MFU figure without MFU values draws points";
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST(ReportTool, HtmlPage) {
