@@ -59,6 +59,15 @@ std::vector<double> ticks(const Range& r, bool integer = false) {
   return t;
 }
 
+// A tick's label: short enough for a 600 px axis (1.5M, 250k, 0.0006).
+std::string tick_label(double v) {
+  const double a = std::abs(v);
+  if (a >= 1e9) return fmt::format("{:.4g}B", v / 1e9);
+  if (a >= 1e6) return fmt::format("{:.4g}M", v / 1e6);
+  if (a >= 1e4) return fmt::format("{:.4g}k", v / 1e3);
+  return fmt::format("{:.4g}", v);
+}
+
 std::string svg_text(double x, double y, const std::string& anchor, const std::string& text, int size = 12,
                      const std::string& extra = "") {
   return fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="{}" font-size="{}"{}>{}</text>)", x, y, anchor, size,
@@ -105,11 +114,11 @@ std::string svg_axes(const Frame& f, const std::string& x_label, const std::stri
   for (double v : ticks(f.x, x_integer))
     s += fmt::format(R"(<line x1="{0:.1f}" y1="{1:.1f}" x2="{0:.1f}" y2="{2:.1f}" stroke="#ddd"/>)", f.px(v), f.top,
                      f.bottom) +
-         svg_text(f.px(v), f.bottom + 15, "middle", fmt::format("{:.6g}", v), 11);
+         svg_text(f.px(v), f.bottom + 15, "middle", tick_label(v), 11);
   for (double v : ticks(f.y))
     s += fmt::format(R"(<line x1="{1:.1f}" y1="{0:.1f}" x2="{2:.1f}" y2="{0:.1f}" stroke="#ddd"/>)", f.py(v), f.left,
                      f.right) +
-         svg_text(f.left - 5, f.py(v) + 4, "end", fmt::format("{:.4g}", v), 11);
+         svg_text(f.left - 5, f.py(v) + 4, "end", tick_label(v), 11);
   s += svg_text((f.left + f.right) / 2, f.bottom + 32, "middle", x_label);
   s += fmt::format(R"~(<text transform="translate(14,{:.1f}) rotate(-90)" text-anchor="middle" font-size="12">{}</text>)~",
                    (f.top + f.bottom) / 2, html_escape(y_label));
@@ -123,14 +132,16 @@ std::string svg_series(const Frame& f, const PlotSeries& s, const char* c) {
     points += fmt::format("{:.1f},{:.1f} ", f.px(s.x[i]), f.py(s.y[i]));
     if (s.mark != PlotSeries::Mark::line)
       dots += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="{}"/>)", f.px(s.x[i]), f.py(s.y[i]),
-                          s.mark == PlotSeries::Mark::dots ? 2 : 3);
+                          s.mark == PlotSeries::Mark::dots ? 2.5 : s.mark == PlotSeries::Mark::markers ? 4.0 : 3.0);
   }
   switch (s.mark) {
     case PlotSeries::Mark::none: return "";
     case PlotSeries::Mark::line:
       return fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="1.8" points="{}"/>)", c, points);
     case PlotSeries::Mark::dots:
-      return fmt::format(R"(<g fill="{}" fill-opacity="0.35">{}</g>)", c, dots);
+      return fmt::format(R"(<g fill="{}" fill-opacity="0.45">{}</g>)", c, dots);
+    case PlotSeries::Mark::markers:
+      return fmt::format(R"(<g fill="{}">{}</g>)", c, dots);
     case PlotSeries::Mark::dashed:
       return fmt::format(R"(<polyline fill="none" stroke="{0}" stroke-width="1.8" stroke-dasharray="6 4" points="{1}"/>)"
                          R"(<g fill="{0}">{2}</g>)",
@@ -151,8 +162,9 @@ std::string svg_legend(double left, double right, double top, const std::vector<
     if (*rows == 0) *rows = 1;
     if (x > left && x + w > right) x = left, y += 16, ++*rows;
     const char* c = p.color >= 0 ? color(static_cast<size_t>(p.color)) : color(i);
-    if (p.mark == PlotSeries::Mark::dots)
-      s += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}" fill-opacity="0.5"/>)", x + 10, y - 4, c);
+    if (p.mark == PlotSeries::Mark::dots || p.mark == PlotSeries::Mark::markers)
+      s += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3.5" fill="{}"{}/>)", x + 10, y - 4, c,
+                       p.mark == PlotSeries::Mark::dots ? R"( fill-opacity="0.5")" : "");
     else
       s += fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="{}" stroke-width="3"{}/>)", x,
                        y - 4, x + 20, y - 4, c,
@@ -167,7 +179,8 @@ std::string svg_legend(double left, double right, double top, const std::vector<
 // per-iteration figure; a median, so one slow step (iteration 0, a checkpoint)
 // does not bend it.
 PlotSeries running_median(const PlotSeries& raw, int* window) {
-  PlotSeries out{raw.label, raw.x, {}};
+  PlotSeries out = raw;
+  out.y.clear();
   const size_t n = raw.y.size();
   const size_t k = std::clamp<size_t>(n / 20, 1, 25);
   *window = static_cast<int>(2 * k + 1);
@@ -291,10 +304,13 @@ ReportFigure noisy_figure(const std::string& id, const std::string& title, const
     if (raw.x.empty()) continue;
     raw.mark = PlotSeries::Mark::dots;
     raw.color = static_cast<int>(i);
-    raw.label = run_tag(i, runs.size()) + "each iteration";
+    raw.label = "each iteration";
+    raw.in_legend = series.empty();  // once: the dots are the same thing in every colour
     PlotSeries line = running_median(raw, &window);
     line.mark = PlotSeries::Mark::line;
-    line.label = run_tag(i, runs.size()) + fmt::format("running median of {}", window);
+    line.in_legend = true;
+    line.label = runs.size() > 1 ? fmt::format("[{}] running median of {}", i, window)
+                                 : fmt::format("running median of {} iterations", window);
     series.push_back(std::move(raw));
     series.push_back(std::move(line));
   }
@@ -369,7 +385,7 @@ ReportFigure memory_figure(const std::vector<RunSummary>& runs, const std::vecto
 ReportFigure compare_figure(const std::string& id, const std::string& title, const std::string& value_label,
                             const std::vector<RunSummary>& runs, const std::vector<RunLogData>& logs, const char* key) {
   std::vector<BarRow> rows;
-  std::set<std::string> reasons;
+  std::map<std::string, std::string> reasons;  // why there is no value -> the runs, "[1] [2]"
   const bool mfu = std::string(key) == "mfu";
   for (size_t i = 0; i < runs.size(); ++i) {
     const double v = runs[i].errors.empty() || !mfu ? num(runs[i].summary, key) : kNaN;
@@ -378,12 +394,13 @@ ReportFigure compare_figure(const std::string& id, const std::string& title, con
       row.text = mfu ? fmt::format("{:.2f} %", v) : fmt::format("{:.0f}", v);
     } else {
       row.text = "n/a (below)";
-      reasons.insert(fmt::format("[{}] no {}: {}", i, key, mfu ? why_no_mfu(logs[i], runs[i]) : "not in the log"));
+      reasons[mfu ? why_no_mfu(logs[i], runs[i]) : "not in the log"] += fmt::format("[{}] ", i);
     }
     rows.push_back(std::move(row));
   }
-  return {id, title,
-          svg_bar_chart(title, value_label, {value_label}, rows, false, {reasons.begin(), reasons.end()})};
+  std::vector<std::string> footer;
+  for (const auto& [why, which] : reasons) footer.push_back(fmt::format("{}no {}: {}", which, key, why));
+  return {id, title, svg_bar_chart(title, value_label, {value_label}, rows, false, footer)};
 }
 
 // Several GPU counts: efficiency against GPUs and tokens/s against linear. A
@@ -427,7 +444,7 @@ std::vector<ReportFigure> scaling_figures(const std::vector<RunSummary>& runs) {
         s.y.push_back(100 * e);
       }
       PlotSeries pts = s;
-      pts.mark = PlotSeries::Mark::dashed;
+      pts.mark = PlotSeries::Mark::markers;
       pts.in_legend = false;
       series.push_back(std::move(s));
       series.push_back(std::move(pts));
@@ -445,7 +462,7 @@ std::vector<ReportFigure> scaling_figures(const std::vector<RunSummary>& runs) {
 
   const size_t base = order.front();
   const double base_tps = num(runs[base].summary, "tokens_per_sec", 0.0);
-  PlotSeries measured{"measured (each run)", {}, {}, PlotSeries::Mark::dots, 0};
+  PlotSeries measured{"measured (each run)", {}, {}, PlotSeries::Mark::markers, 0};
   PlotSeries linear{fmt::format("linear from run [{}]", base), {}, {}, PlotSeries::Mark::dashed, 6};
   for (size_t i : order) {
     measured.x.push_back(runs[i].world_size);
@@ -542,8 +559,8 @@ constexpr const char* kStyle =
     "*{box-sizing:border-box}body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
     "h1{margin:0 0 4px}h2{margin:28px 0 8px;border-bottom:1px solid #ccc}h3{margin:12px 0 6px;font-size:1em}"
     ".scroll{overflow-x:auto;max-width:100%;margin:8px 0 16px}"
-    "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:4px 8px;text-align:right;vertical-align:top}"
-    "td.path{text-align:left;word-break:break-all;min-width:12em}td.label{text-align:left;overflow-wrap:anywhere}"
+    "table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #bbb;padding:3px 6px;text-align:right;vertical-align:top}"
+    "td.path{text-align:left;word-break:break-all;min-width:12em}td.label{text-align:left;overflow-wrap:anywhere;min-width:9em}"
     "th{background:#eee}"
     ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,520px),1fr));gap:16px 24px}"
     "figure{margin:0;min-width:0}figure svg{display:block;width:100%;height:auto}"
@@ -607,7 +624,9 @@ std::string svg_bar_chart(const std::string& title, const std::string& value_lab
   const size_t nseg = segment_names.size();
   size_t label_chars = 4;
   for (const auto& r : rows) label_chars = std::max(label_chars, r.label.size());
-  const double left = std::min(250.0, 12 + kCharPx * static_cast<double>(label_chars));
+  const double left = std::min(260.0, 14 + kCharPx * static_cast<double>(label_chars));
+  const size_t fit = static_cast<size_t>((left - 14) / kCharPx + 0.5);  // longer labels end in "..."
+  auto row_label = [fit](const std::string& l) { return l.size() <= fit ? l : l.substr(0, fit - 3) + "..."; };
   const double text_room = 110;  // the text after the longest bar
   Frame f{left, 34.0, width - 16.0 - text_room, 0, {}, {}};
   const double bar_h = stacked ? 22 : 12, row_h = stacked ? 32 : 12.0 * static_cast<double>(nseg) + 12;
@@ -635,7 +654,7 @@ std::string svg_bar_chart(const std::string& title, const std::string& value_lab
     }
     if (stacked) f.x.add(sum);
   }
-  f.x.widen_if_flat();
+  if (f.x.hi <= 0) f.x.hi = 1;  // nothing to draw: an axis from 0 all the same
   f.x.hi *= 1.05;
   f.y = {0, 1};
   std::string svg = svg_open(title, width, height);
@@ -644,11 +663,11 @@ std::string svg_bar_chart(const std::string& title, const std::string& value_lab
   for (double v : ticks(f.x))
     svg += fmt::format(R"(<line x1="{0:.1f}" y1="{1:.1f}" x2="{0:.1f}" y2="{2:.1f}" stroke="#ddd"/>)", f.px(v), f.top,
                        f.bottom) +
-           svg_text(f.px(v), f.bottom + 15, "middle", fmt::format("{:.4g}", v), 11);
+           svg_text(f.px(v), f.bottom + 15, "middle", tick_label(v), 11);
   svg += svg_text((f.left + f.right) / 2, f.bottom + 32, "middle", value_label);
   for (size_t r = 0; r < rows.size(); ++r) {
     const double y0 = f.top + row_h * static_cast<double>(r) + 5;
-    svg += svg_text(f.left - 6, y0 + (row_h - 10) / 2 + 4, "end", rows[r].label, 11);
+    svg += svg_text(f.left - 6, y0 + (row_h - 10) / 2 + 4, "end", row_label(rows[r].label), 11);
     double x = 0, end = 0;
     for (size_t k = 0; k < rows[r].values.size() && k < std::max<size_t>(nseg, 1); ++k) {
       const double v = rows[r].values[k];

@@ -15,9 +15,9 @@ namespace llmtrain {
 struct PlotSeries {
   std::string label;
   std::vector<double> x, y;
-  // dots: raw points under a smoothed line; dashed: a line with a marker at each point; none: drawn as
-  // nothing, it only widens the axes (a y axis from 0).
-  enum class Mark { line, dots, dashed, none } mark = Mark::line;
+  // dots: faint raw points under a smoothed line; dashed: a dashed line with a marker at each point;
+  // markers: a marker at each point, no line; none: drawn as nothing, it only widens the axes.
+  enum class Mark { line, dots, dashed, markers, none } mark = Mark::line;
   int color = -1;          // palette index; -1: the series' position
   bool in_legend = true;
 };
