@@ -167,6 +167,7 @@ struct Trainer::Impl {
   void open_record(const std::string& tf32) {
     const MetricsSetup setup = make_metrics_setup(cfg, mcfg, rt, device, tf32_matmuls_enabled(device));
     metrics = std::make_unique<Metrics>(setup, comm.get());  // waits on collectives in a phase = communication
+    metrics->report_activity_to(&rt.watchdog());             // each phase is the rank's activity too
     RunChoices choices;
     choices.attention_backend = to_string(model->attention_backend_used());
     choices.attention_kernel = model->attention_kernel_used();
@@ -341,7 +342,7 @@ struct Trainer::Impl {
     const torch::Tensor loss_sum = forward_backward(iter);    // accum micro-batches; DDP reduces in the last
     reduce_gradients(iter);                                   // gradients now averaged over ranks
     const double scale = scaler.scale();                      // float16's loss scale (1 otherwise)
-    const double loss = mean_over_ranks(loss_sum.item<double>());  // the same on every rank
+    const double loss = reduce_loss(iter, loss_sum);          // the same on every rank
     const Update u = update(iter, lr, loss, scale);           // norm, clip, AdamW; or no update on any rank
     sync_device(device);
     IterationMetrics it = metrics->end_iter(iter, loss, lr, u.grad_norm, u.grad_stats);
@@ -356,7 +357,7 @@ struct Trainer::Impl {
 
   void begin_iteration(int64_t iter) {
     rt.watchdog().iteration_begin(iter);
-    rt.watchdog().activity(fmt::format("iteration {}: data, forward/backward", iter));
+    rt.watchdog().activity(fmt::format("iteration {}: start (device synchronize)", iter));
     if (fault::hit(fault::Point::fail_iteration, rt.rank(), iter))
       throw Error(fmt::format("injected failure at iteration {} ({})", iter,
                               fault::env_name(fault::Point::fail_iteration)));
@@ -376,10 +377,11 @@ struct Trainer::Impl {
     for (int64_t micro = 0; micro < accum; ++micro) {
       Batch batch;
       {
-        auto t = metrics->phase(Phase::data);
+        auto t = metrics->phase(Phase::data, fmt::format("iteration {}: data, micro-batch {}/{}", iter, micro + 1, accum));
         batch = train_loader->next();                         // (B, T) x and y
       }
-      auto t = metrics->phase(Phase::forward_backward);
+      auto t = metrics->phase(Phase::forward_backward,
+                              fmt::format("iteration {}: forward/backward, micro-batch {}/{}", iter, micro + 1, accum));
       torch::Tensor loss;
       {
         AutocastGuard autocast(device, dtype);
@@ -397,9 +399,18 @@ struct Trainer::Impl {
   // Waits for the gradient reductions still in flight: what did not overlap
   // the backward is the iteration's Phase::communication.
   void reduce_gradients(int64_t iter) {
-    rt.watchdog().activity(fmt::format("iteration {}: gradient reduction", iter));
-    auto t = metrics->phase(Phase::communication);
+    auto t = metrics->phase(Phase::communication, fmt::format("iteration {}: gradient reduction", iter));
     strategy->finish_gradients();
+  }
+
+  // The iteration's loss, averaged over ranks (Phase::communication: a rank
+  // that arrives late is waited for here).
+  double reduce_loss(int64_t iter, const torch::Tensor& loss_sum) {
+    const double mine = loss_sum.item<double>();
+    if (fault::hit(fault::Point::slow_loss_reduce, rt.rank(), iter))
+      std::this_thread::sleep_for(std::chrono::milliseconds(fault::value(fault::Point::slow_loss_reduce)));
+    auto t = metrics->phase(Phase::communication, fmt::format("iteration {}: loss allreduce", iter));
+    return mean_over_ranks(mine);
   }
 
   // What the optimizer part of an iteration did.
@@ -416,8 +427,7 @@ struct Trainer::Impl {
   // the same branch. The sharded strategies' norm allreduce and parameter
   // gathers count as communication.
   Update update(int64_t iter, double lr, double loss, double scale) {
-    auto t = metrics->phase(Phase::optimizer);
-    rt.watchdog().activity(fmt::format("iteration {}: gradient norm, optimizer step, loss allreduce", iter));
+    auto t = metrics->phase(Phase::optimizer, fmt::format("iteration {}: gradient norm, optimizer step", iter));
     Update u;
     const double scaled_norm = strategy->grad_norm();
     u.grad_norm = scaled_norm / scale;
