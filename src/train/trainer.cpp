@@ -258,19 +258,6 @@ struct Trainer::Impl {
   }
 
 
-  // The stop signal seen by any rank (0 = none; SIGTERM wins over SIGUSR1): all
-  // ranks stop after the same iteration.
-  int stop_signal_any_rank() {
-    rt.watchdog().activity("stop-signal check (allreduce)");
-    const int mine = Runtime::stop_signal();
-    auto t = torch::tensor({mine == SIGUSR1 ? 1.0 : 0.0, mine == SIGTERM ? 1.0 : 0.0},
-                           torch::TensorOptions().dtype(torch::kDouble))
-                 .to(device);
-    comm->allreduce_sum(t);
-    const auto seen = t.cpu();
-    return seen[1].item<double>() > 0 ? SIGTERM : seen[0].item<double>() > 0 ? SIGUSR1 : 0;
-  }
-
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() {
     std::vector<std::pair<std::string, torch::Tensor>> out;
     for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value());
@@ -330,7 +317,7 @@ struct Trainer::Impl {
     if (rt.is_root())
       log::info("{}", export_hf(cfg.export_hf, mcfg, named_parameters(),
                                 {data.eos_id, data.tokenizer, data.tokenizer_hash}));
-    mean_over_ranks(0.0);  // a barrier through the run's collectives
+    rt.barrier();  // no rank leaves before the directory is complete
   }
 
   // ---- TRAINING STEP BEGIN ----
@@ -538,7 +525,8 @@ struct Trainer::Impl {
   // every rank checkpoints and leaves with the requeue code; the requeued job
   // resumes from here. Returns whether the run stops.
   bool stop_on_signal(TrainResult& result, Console& console) {
-    const int sig = stop_signal_any_rank();
+    rt.watchdog().activity("stop-signal check (MPI allreduce on the host)");
+    const int sig = rt.stop_signal_any_rank();  // all ranks stop after the same iteration
     if (!sig) return false;
     result.stopped_by_signal = sig;
     result.checkpoint = checkpoints->on_stop_signal(state.iteration);
