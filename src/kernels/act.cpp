@@ -77,8 +77,9 @@ struct SwigluFn : public torch::autograd::Function<SwigluFn> {
 };
 
 struct GeluFn : public torch::autograd::Function<GeluFn> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h_in, const torch::Tensor& bias,
-                               int64_t impl_i) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h_in,
+                               const std::optional<torch::Tensor>& bias_o, int64_t impl_i) {
+    const torch::Tensor bias = detail::val(bias_o);
     const auto h = h_in.contiguous();
     const int64_t F = h.size(-1), rows = F > 0 ? h.numel() / F : 0;
     const auto b = bias.defined() ? f32(bias) : torch::Tensor();
@@ -154,7 +155,7 @@ torch::Tensor gelu_tanh(const torch::Tensor& h, const torch::Tensor& bias, std::
   const Impl impl = detail::resolve(Op::gelu_tanh, h, shape_ok, forced, "bias on another device");
   if (impl == Impl::aten) return detail::aten_gelu_tanh(h, bias);
   RECORD_FUNCTION("llmtrain::gelu_tanh", std::vector<c10::IValue>());
-  return GeluFn::apply(h, bias, static_cast<int64_t>(impl));
+  return GeluFn::apply(h, detail::opt(bias), static_cast<int64_t>(impl));
 }
 
 namespace detail {

@@ -27,6 +27,13 @@ Impl resolve(Op op, const torch::Tensor& x, bool shape_ok, std::optional<Impl> f
 // out's first element (a twin's output; the self-check's fallback test).
 void maybe_corrupt(Op op, torch::Tensor& out);
 
+// An optional tensor argument of an autograd Function (whose apply takes no
+// undefined tensor): nullopt for an undefined one.
+inline std::optional<torch::Tensor> opt(const torch::Tensor& t) {
+  return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt;
+}
+inline torch::Tensor val(const std::optional<torch::Tensor>& t) { return t.value_or(torch::Tensor()); }
+
 // round(v) to `t`'s precision and back (the rounding a store in t makes).
 float round_to(at::ScalarType t, float v);
 

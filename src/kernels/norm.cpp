@@ -79,9 +79,10 @@ const float* ptr_or_null(const torch::Tensor& t) { return t.defined() ? t.data_p
 
 struct AddNormFn : public torch::autograd::Function<AddNormFn> {
   // Returns {h, y} with delta, {y} without (h would be x itself).
-  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& delta,
-                               const torch::Tensor& weight, const torch::Tensor& bias, double eps, bool layernorm,
-                               int64_t out_dtype_i, int64_t impl_i) {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const std::optional<torch::Tensor>& delta_o,
+                               const torch::Tensor& weight, const std::optional<torch::Tensor>& bias_o, double eps,
+                               bool layernorm, int64_t out_dtype_i, int64_t impl_i) {
+    const torch::Tensor delta = detail::val(delta_o), bias = detail::val(bias_o);
     const auto out_dtype = static_cast<torch::ScalarType>(out_dtype_i);
     const auto impl = static_cast<Impl>(impl_i);
     const Op op = layernorm ? Op::add_layernorm : Op::add_rmsnorm;
@@ -213,7 +214,7 @@ NormOut add_norm(const torch::Tensor& x, const torch::Tensor& delta, const torch
   const Impl impl = detail::resolve(op, x, shape_ok, forced, "C above 8192 or a dtype other than fp32/bf16");
   if (impl == Impl::aten) return detail::aten_add_norm(x, delta, weight, bias, eps, out_dtype, layernorm);
   RECORD_FUNCTION(layernorm ? "llmtrain::add_layernorm" : "llmtrain::add_rmsnorm", std::vector<c10::IValue>());
-  auto outs = AddNormFn::apply(x, delta, weight, bias, eps, layernorm, static_cast<int64_t>(out_dtype),
+  auto outs = AddNormFn::apply(x, detail::opt(delta), weight, detail::opt(bias), eps, layernorm, static_cast<int64_t>(out_dtype),
                                static_cast<int64_t>(impl));
   if (delta.defined()) return {outs[0], outs[1]};
   return {torch::Tensor(), outs[0]};

@@ -116,9 +116,12 @@ void twin_bwd(const Geom& g, const float* qkv, const float* dout[3], const float
 }
 
 struct RopeFn : public torch::autograd::Function<RopeFn> {
-  static variable_list forward(AutogradContext* ctx, const torch::Tensor& qkv, const torch::Tensor& cos,
-                               const torch::Tensor& sin, const torch::Tensor& q_norm_w, const torch::Tensor& k_norm_w,
-                               int64_t H, int64_t K, double eps, int64_t impl_i) {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& qkv, const std::optional<torch::Tensor>& cos_o,
+                               const std::optional<torch::Tensor>& sin_o, const std::optional<torch::Tensor>& q_norm_o,
+                               const std::optional<torch::Tensor>& k_norm_o, int64_t H, int64_t K, double eps,
+                               int64_t impl_i) {
+    const torch::Tensor cos = detail::val(cos_o), sin = detail::val(sin_o), q_norm_w = detail::val(q_norm_o),
+                        k_norm_w = detail::val(k_norm_o);
     const auto impl = static_cast<Impl>(impl_i);
     const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / (H + 2 * K);
     const Geom g{B, T, H, K, D};
@@ -238,7 +241,7 @@ Qkv rope_qk_norm(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_head, co
   const Impl impl = detail::resolve(Op::rope_qk_norm, qkv, shape_ok, forced, "head_dim odd or above 256");
   if (impl == Impl::aten) return detail::aten_rope_qk_norm(qkv, H, K, cos, sin, q_norm_w, k_norm_w, eps);
   RECORD_FUNCTION("llmtrain::rope_qk_norm", std::vector<c10::IValue>());
-  auto outs = RopeFn::apply(qkv, cos, sin, q_norm_w, k_norm_w, H, K, eps, static_cast<int64_t>(impl));
+  auto outs = RopeFn::apply(qkv, detail::opt(cos), detail::opt(sin), detail::opt(q_norm_w), detail::opt(k_norm_w), H, K, eps, static_cast<int64_t>(impl));
   return {outs[0], outs[1], outs[2]};
 }
 

@@ -1,6 +1,7 @@
 // The start-up self-check: each op once, forward and backward, on a small
 // input of odd sizes, against its ATen reference; an op that disagrees is
 // turned off (it runs ATen from then on) with one log line naming it.
+#include <algorithm>
 #include <functional>
 
 #include <fmt/format.h>
@@ -156,10 +157,14 @@ CheckResult check_one(Op op, torch::Device dev, torch::ScalarType dtype, Impl im
     };
     look(k_out, a_out, "output");
     look(k_grad, a_grad, "gradient");
+  } catch (const c10::Error& e) {  // its what() carries a backtrace: the message alone keeps the line one line
+    r.passed = false;
+    r.detail = fmt::format("threw: {}", e.what_without_backtrace());
   } catch (const std::exception& e) {
     r.passed = false;
     r.detail = fmt::format("threw: {}", e.what());
   }
+  std::replace(r.detail.begin(), r.detail.end(), '\n', ' ');
   return r;
 }
 
