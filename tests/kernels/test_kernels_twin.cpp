@@ -4,6 +4,7 @@
 // and its fallback (the fault point kernel_wrong_output corrupts one twin).
 #include <gtest/gtest.h>
 
+#include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 
 #include <algorithm>
@@ -70,6 +71,16 @@ TEST(KernelTwin, LmHeadCrossEntropy) {
   check_xent(kCpu, Impl::twin, f32, 21, 72, 67, 8, true, tol_for(f32));
   check_xent(kCpu, Impl::twin, bf16, 21, 72, 67, 8, true, tol_for(bf16));
   check_xent(kCpu, Impl::twin, f32, 21, 72, 67, 0, false, tol_for(f32));  // one default-sized chunk
+}
+
+// The model's case: fp32 hidden and master weight under bf16 autocast: the
+// logits exist in bf16 (the GEMM's autocast dtype), the gradients come back in fp32.
+TEST(KernelTwin, LmHeadCrossEntropyUnderAutocast) {
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, torch::kBFloat16);
+  check_xent(kCpu, Impl::twin, f32, 21, 72, 67, 8, true, tol_for(bf16));
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  at::autocast::clear_cache();
 }
 
 TEST(KernelTwin, PathChoice) {
