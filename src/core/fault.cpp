@@ -57,7 +57,8 @@ std::optional<Arm> from_environment(Point p) {
     case Point::fail_iteration:
     case Point::kill_during_save:
     case Point::disk_full_during_save: return rank_at_iteration(var, v);
-    case Point::iteration_sleep: {
+    case Point::iteration_sleep:
+    case Point::kernel_wrong_output: {
       Arm a;
       a.value = parse_int(var, v);
       return a;
@@ -94,6 +95,7 @@ const char* env_name(Point p) {
     case Point::kill_during_save: return "LLMTRAIN_TEST_KILL_DURING_SAVE";
     case Point::disk_full_during_save: return "LLMTRAIN_TEST_DISK_FULL_DURING_SAVE";
     case Point::slow_loss_reduce: return "LLMTRAIN_TEST_SLOW_LOSS_REDUCE";
+    case Point::kernel_wrong_output: return "LLMTRAIN_TEST_KERNEL_WRONG";
   }
   return "?";
 }
