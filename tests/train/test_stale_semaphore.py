@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""A stale Open MPI semaphore does not hang llmtrain (issue 49), launched by mpirun.
+
+Open MPI 4.1's MPI-IO loads the shared-file-pointer component sharedfp/sm at every
+MPI_File_open (HDF5's MPI-IO driver: shard reads, llmtrain-prepare's outputs,
+checkpoint saves); it keeps a machine-wide POSIX semaphore named after the file's
+basename, /dev/shm/sem.OMPIO_<basename>. A process killed while holding it leaves
+it at 0 and every later open of a file of that name on the node blocks for ever.
+The programs turn that component off before MPI_Init (src/distributed/runtime.cpp).
+
+Here a zero semaphore is planted (sem_open, value 0) for every name the programs
+open, and each of these must still finish within its time limit:
+  prepare     mpirun -n 2 llmtrain-prepare writes train_00000.h5(.tmp) and val_00000.h5(.tmp)
+  read        mpirun -n 2 llmtrain reads the shards (train, with evaluation)
+  checkpoint  the same run saves .ckpt_00000002.h5.tmp (synchronous) and a resume reads ckpt_00000002.h5
+and, as the control that shows the planted semaphore really blocks (so this test
+can fail): with OMPI_MCA_sharedfp=sm given explicitly (a user's own setting is
+respected) llmtrain-prepare does hang, and is killed after a few seconds.
+
+The semaphores are planted in a private /dev/shm (a mount namespace of this test,
+`unshare --mount`), so no other job on the machine meets them; where no namespace
+can be made, in the machine's /dev/shm, created exclusively, and removed at the end
+whatever happens.
+
+Usage: test_stale_semaphore.py BUILD_DIR SOURCE_DIR MPIEXEC [mpirun]
+"""
+import ctypes
+import os
+import random
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_common as e  # noqa: E402
+
+LIMIT_S = 180  # each step; a healthy one takes seconds
+CONTROL_S = 8  # how long the control's hang is watched
+
+
+def reexec_in_private_shm():
+    """Runs this script again in a mount namespace with its own empty /dev/shm. Returns
+    the child's exit code, or None where no namespace can be made (then the test plants
+    in the machine's /dev/shm)."""
+    if os.environ.get("LLMTRAIN_TEST_PRIVATE_SHM"):
+        return None
+    flags = ["--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        flags.append("--map-root-user")
+    probe = subprocess.run(["unshare", *flags, "sh", "-c", "mount -t tmpfs -o size=64m tmpfs /dev/shm"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if probe.returncode != 0:
+        print(f"note: no private /dev/shm here ({probe.stdout.strip()}); planting in the machine's /dev/shm")
+        return None
+    script = "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec \"$@\""
+    env = dict(os.environ, LLMTRAIN_TEST_PRIVATE_SHM="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return subprocess.run(["unshare", *flags, "sh", "-c", script, "sh", sys.executable, *sys.argv],
+                          env=env).returncode
+
+
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+libc.sem_open.restype = ctypes.c_void_p
+libc.sem_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_uint]
+libc.sem_unlink.argtypes = [ctypes.c_char_p]
+SEM_FAILED = ctypes.c_void_p(0).value  # glibc: (sem_t *) 0
+planted = []
+
+
+def plant(basename):
+    """A semaphore of Open MPI's name for files named `basename`, at 0: what a process
+    killed inside sharedfp/sm leaves behind."""
+    name = ("/OMPIO_" + basename).encode()
+    h = libc.sem_open(name, os.O_CREAT | os.O_EXCL, 0o644, 0)
+    if h in (None, SEM_FAILED):
+        err = ctypes.get_errno()
+        sys.exit(f"FAILED: cannot plant semaphore {name.decode()}: {os.strerror(err)} "
+                 f"(one already exists: a real stale one? see /dev/shm/sem.OMPIO_{basename})")
+    planted.append(name)
+
+
+def unplant():
+    for name in planted:
+        libc.sem_unlink(name)
+    planted.clear()
+
+
+def run_limited(cmd, limit_s, env=None):
+    """Runs cmd in its own process group; on the time limit kills the whole group.
+    Returns (returncode or None on the limit, output)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=e.work,
+                         env=dict(os.environ, **(env or {})), start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=limit_s)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        kill_session(p.pid)
+        out, _ = p.communicate()
+        return None, out
+
+
+def kill_session(sid):
+    """SIGKILL to every process of the session this test started (mpirun puts its ranks
+    in process groups of their own, in mpirun's session); a rank blocked in sem_wait
+    ignores SIGTERM (llmtrain handles it between iterations) but not SIGKILL."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:  # after "pid (comm)": state ppid pgrp session
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+
+
+def step(what, cmd, env=None):
+    rc, out = run_limited(cmd, LIMIT_S, env)
+    if rc is None:
+        print(out[-3000:])
+        sys.exit(f"FAILED: {what} hung for {LIMIT_S} s with the stale semaphores planted: {' '.join(cmd)}")
+    if rc != 0:
+        print(out[-3000:])
+        sys.exit(f"FAILED ({rc}): {what}: {' '.join(cmd)}")
+    print(f"ok: {what} finished with the stale semaphores planted")
+    return out
+
+
+def write_text(dirname):
+    """A few hundred KB of plain text (byte tokenizer): enough for a tiny model's batches."""
+    os.makedirs(dirname)
+    rnd = random.Random(49)
+    words = ["the", "semaphore", "was", "left", "at", "zero", "by", "a", "killed", "process", "and", "every",
+             "later", "open", "waited", "for", "ever", "until", "someone", "noticed"]
+    for i in range(4):
+        with open(os.path.join(dirname, f"doc{i}.txt"), "w") as f:
+            for _ in range(800):
+                f.write(" ".join(rnd.choice(words) for _ in range(12)) + ".\n")
+
+
+def main():
+    # What the programs do by themselves is under test, not a workaround in the caller's environment.
+    for k in ("OMPI_MCA_sharedfp", "OMPI_MCA_io"):
+        os.environ.pop(k, None)
+    work = e.setup(sys.argv, "stale_semaphore")
+    shm = "a private /dev/shm" if os.environ.get("LLMTRAIN_TEST_PRIVATE_SHM") else "the machine's /dev/shm"
+    text = os.path.join(work, "text")
+    write_text(text)
+    prepare = os.path.join(e.bin_dir, "llmtrain-prepare")
+    names = ["train_00000.h5", "val_00000.h5", "train_00000.h5.tmp", "val_00000.h5.tmp",
+             ".ckpt_00000002.h5.tmp", "ckpt_00000002.h5"]
+    try:
+        for n in names:
+            plant(n)
+        print(f"planted {len(names)} zero semaphores in {shm}: " + ", ".join("OMPIO_" + n for n in names))
+
+        # The control: the component this test guards against, asked for explicitly, hangs.
+        data_sm = os.path.join(work, "data_sm")
+        rc, out = run_limited(e.mpi(2, prepare, "--out_dir", data_sm, "--tokenizer", "byte", "--no_progress", text),
+                              CONTROL_S, env={"OMPI_MCA_sharedfp": "sm"})
+        if rc is not None:
+            print(out[-3000:])
+            sys.exit(f"FAILED: with OMPI_MCA_sharedfp=sm and the semaphore planted, llmtrain-prepare did not hang "
+                     f"(rc {rc}): the planted semaphore is not what Open MPI waits on here, so this test proves nothing")
+        print(f"ok (control): with OMPI_MCA_sharedfp=sm given explicitly llmtrain-prepare hangs ({CONTROL_S} s)")
+
+        data = os.path.join(work, "data")
+        step("llmtrain-prepare (writes train_00000.h5, val_00000.h5)",
+             e.mpi(2, prepare, "--out_dir", data, "--tokenizer", "byte", "--val_fraction", "0.2", "--no_progress",
+                   text))
+        cfg = os.path.join(e.source, "inputs", "tiny_llama.cfg")
+        common = [cfg, f"--data_dir={data}", "--out_dir=out", e.CPU, "--eval_interval=2", "--eval_iters=2",
+                  "--log_interval=1", "--checkpoint_interval=2"]
+        step("llmtrain (reads the shards, evaluates, saves .ckpt_00000002.h5.tmp)",
+             e.mpi(2, e.llmtrain(), *common, "--max_iters=2"))
+        if not os.path.isfile(os.path.join(work, "out", "checkpoints", "ckpt_00000002.h5")):
+            sys.exit("FAILED: the run finished without its checkpoint ckpt_00000002.h5")
+        step("llmtrain --init_from=resume (reads ckpt_00000002.h5)",
+             e.mpi(2, e.llmtrain(), *common, "--max_iters=3", "--init_from=resume"))
+        for n in names:  # still there and still taken: the runs went past them, not through them
+            if not os.path.exists("/dev/shm/sem.OMPIO_" + n):
+                sys.exit(f"FAILED: the planted semaphore OMPIO_{n} is gone: the test did not test what it says")
+    finally:
+        unplant()
+    print("PASSED")
+
+
+if __name__ == "__main__":
+    rc = reexec_in_private_shm()
+    sys.exit(rc if rc is not None else main())
