@@ -25,17 +25,19 @@ whatever happens.
 Usage: test_stale_semaphore.py BUILD_DIR SOURCE_DIR MPIEXEC [mpirun]
 """
 import ctypes
+import glob
 import os
 import random
 import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_common as e  # noqa: E402
 
 LIMIT_S = 180  # each step; a healthy one takes seconds
-CONTROL_S = 8  # how long the control's hang is watched
+CONTROL_S = 6  # how long the control watches prepare stay in its first open
 
 
 def reexec_in_private_shm():
@@ -127,15 +129,47 @@ def step(what, cmd, env=None):
     return out
 
 
+def control():
+    """llmtrain-prepare with OMPI_MCA_sharedfp=sm given explicitly: it must reach the open of
+    train_00000.h5.tmp (the file appears in its staging directory) and stay there."""
+    data_sm = os.path.join(e.work, "data_sm")
+    cmd = e.mpi(2, os.path.join(e.bin_dir, "llmtrain-prepare"), "--out_dir", data_sm, "--tokenizer", "byte",
+                "--val_fraction", "0.2", "--no_progress", os.path.join(e.work, "text"))
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=e.work,
+                         env=dict(os.environ, OMPI_MCA_sharedfp="sm"), start_new_session=True)
+    opened = None
+    deadline = time.time() + LIMIT_S
+    try:
+        while time.time() < deadline:
+            if p.poll() is not None:
+                out = p.communicate()[0]
+                print(out[-3000:])
+                sys.exit(f"FAILED: with OMPI_MCA_sharedfp=sm and the semaphores planted, llmtrain-prepare did not "
+                         f"hang (rc {p.returncode}): the planted semaphore is not what Open MPI waits on here, so "
+                         f"this test proves nothing")
+            if opened is None and glob.glob(os.path.join(e.work, ".data_sm.prepare-*", "train_00000.h5.tmp")):
+                opened = time.time()
+            if opened is not None and time.time() - opened >= CONTROL_S:
+                print(f"ok (control): with OMPI_MCA_sharedfp=sm given explicitly llmtrain-prepare opened "
+                      f"train_00000.h5.tmp and stayed in the open for {CONTROL_S} s: killed")
+                return
+            time.sleep(0.2)
+    finally:
+        if p.poll() is None:
+            kill_session(p.pid)
+            p.communicate()
+    sys.exit(f"FAILED (control): llmtrain-prepare did not reach train_00000.h5.tmp within {LIMIT_S} s")
+
+
 def write_text(dirname):
     """A few hundred KB of plain text (byte tokenizer): enough for a tiny model's batches."""
     os.makedirs(dirname)
     rnd = random.Random(49)
     words = ["the", "semaphore", "was", "left", "at", "zero", "by", "a", "killed", "process", "and", "every",
              "later", "open", "waited", "for", "ever", "until", "someone", "noticed"]
-    for i in range(4):
-        with open(os.path.join(dirname, f"doc{i}.txt"), "w") as f:
-            for _ in range(800):
+    for i in range(40):  # 40 documents: some land in val
+        with open(os.path.join(dirname, f"doc{i:02d}.txt"), "w") as f:
+            for _ in range(80):
                 f.write(" ".join(rnd.choice(words) for _ in range(12)) + ".\n")
 
 
@@ -155,15 +189,9 @@ def main():
             plant(n)
         print(f"planted {len(names)} zero semaphores in {shm}: " + ", ".join("OMPIO_" + n for n in names))
 
-        # The control: the component this test guards against, asked for explicitly, hangs.
-        data_sm = os.path.join(work, "data_sm")
-        rc, out = run_limited(e.mpi(2, prepare, "--out_dir", data_sm, "--tokenizer", "byte", "--no_progress", text),
-                              CONTROL_S, env={"OMPI_MCA_sharedfp": "sm"})
-        if rc is not None:
-            print(out[-3000:])
-            sys.exit(f"FAILED: with OMPI_MCA_sharedfp=sm and the semaphore planted, llmtrain-prepare did not hang "
-                     f"(rc {rc}): the planted semaphore is not what Open MPI waits on here, so this test proves nothing")
-        print(f"ok (control): with OMPI_MCA_sharedfp=sm given explicitly llmtrain-prepare hangs ({CONTROL_S} s)")
+        # The control: the component this test guards against, asked for explicitly, hangs
+        # in the open of the first output (its file exists, the process stays in the open).
+        control()
 
         data = os.path.join(work, "data")
         step("llmtrain-prepare (writes train_00000.h5, val_00000.h5)",
