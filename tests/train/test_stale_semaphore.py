@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A stale Open MPI semaphore does not hang llmtrain (issue 49), launched by mpirun.
+"""A stale Open MPI semaphore does not hang llmtrain (issue 49), launched by mpirun or srun.
 
 Open MPI 4.1's MPI-IO loads the shared-file-pointer component sharedfp/sm at every
 MPI_File_open (HDF5's MPI-IO driver: shard reads, llmtrain-prepare's outputs,
@@ -22,7 +22,11 @@ The semaphores are planted in a private /dev/shm (a mount namespace of this test
 can be made, in the machine's /dev/shm, created exclusively, and removed at the end
 whatever happens.
 
-Usage: test_stale_semaphore.py BUILD_DIR SOURCE_DIR MPIEXEC [mpirun]
+With `srun` the same steps run as `srun --mpi=pmix` jobs on a one-node test cluster
+(scripts/slurm-cluster.sh, started inside this test's mount namespace, so its node
+sees the private /dev/shm too); exit 77 where that cluster cannot start.
+
+Usage: test_stale_semaphore.py BUILD_DIR SOURCE_DIR MPIEXEC [mpirun|srun]
 """
 import ctypes
 import glob
@@ -87,6 +91,34 @@ def unplant():
     planted.clear()
 
 
+MODE = sys.argv[4] if len(sys.argv) > 4 else "mpirun"
+CLUSTER = None  # srun: the test cluster's state directory
+
+
+def slurm_cluster(*args, check=True):
+    return subprocess.run([os.path.join(e.source, "scripts", "slurm-cluster.sh"), *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, check=False)
+
+
+def launch(n, *cmd):
+    """n ranks of cmd, by mpirun or by srun on the test cluster."""
+    if MODE == "mpirun":
+        return e.mpi(n, *cmd)
+    return [os.path.join(e.source, "scripts", "slurm-cluster.sh"), "exec", CLUSTER, "srun", "-N1", f"-n{n}",
+            "--mpi=pmix", f"--chdir={e.work}", *cmd]
+
+
+def end_hung_jobs():
+    """srun: a killed srun leaves its step's ranks on the node; cancel every job of this test's cluster."""
+    if MODE == "srun":
+        slurm_cluster("exec", CLUSTER, "scancel", "--user=root")
+        for _ in range(100):
+            q = slurm_cluster("exec", CLUSTER, "squeue", "-h")
+            if not q.stdout.strip():
+                return
+            time.sleep(0.3)
+
+
 def run_limited(cmd, limit_s, env=None):
     """Runs cmd in its own process group; on the time limit kills the whole group.
     Returns (returncode or None on the limit, output)."""
@@ -133,7 +165,7 @@ def control():
     """llmtrain-prepare with OMPI_MCA_sharedfp=sm given explicitly: it must reach the open of
     train_00000.h5.tmp (the file appears in its staging directory) and stay there."""
     data_sm = os.path.join(e.work, "data_sm")
-    cmd = e.mpi(2, os.path.join(e.bin_dir, "llmtrain-prepare"), "--out_dir", data_sm, "--tokenizer", "byte",
+    cmd = launch(2, os.path.join(e.bin_dir, "llmtrain-prepare"), "--out_dir", data_sm, "--tokenizer", "byte",
                 "--val_fraction", "0.2", "--no_progress", os.path.join(e.work, "text"))
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=e.work,
                          env=dict(os.environ, OMPI_MCA_sharedfp="sm"), start_new_session=True)
@@ -158,6 +190,7 @@ def control():
         if p.poll() is None:
             kill_session(p.pid)
             p.communicate()
+            end_hung_jobs()
     sys.exit(f"FAILED (control): llmtrain-prepare did not reach train_00000.h5.tmp within {LIMIT_S} s")
 
 
@@ -177,13 +210,23 @@ def main():
     # What the programs do by themselves is under test, not a workaround in the caller's environment.
     for k in ("OMPI_MCA_sharedfp", "OMPI_MCA_io"):
         os.environ.pop(k, None)
-    work = e.setup(sys.argv, "stale_semaphore")
+    global CLUSTER
+    work = e.setup(sys.argv, "stale_semaphore_" + MODE)
     shm = "a private /dev/shm" if os.environ.get("LLMTRAIN_TEST_PRIVATE_SHM") else "the machine's /dev/shm"
     text = os.path.join(work, "text")
     write_text(text)
     prepare = os.path.join(e.bin_dir, "llmtrain-prepare")
     names = ["train_00000.h5", "val_00000.h5", "train_00000.h5.tmp", "val_00000.h5.tmp",
              ".ckpt_00000002.h5.tmp", "ckpt_00000002.h5"]
+    if MODE == "srun":
+        CLUSTER = os.path.join(work, "cluster")
+        st = slurm_cluster("start", CLUSTER, "--nodes", "1", "--cpus", "2")
+        if st.returncode == 77:
+            print(f"SKIP: the test cluster cannot start here: {st.stdout.strip()}")
+            return 77
+        if st.returncode != 0:
+            print(st.stdout[-3000:])
+            sys.exit("FAILED: the test cluster did not start")
     try:
         for n in names:
             plant(n)
@@ -195,22 +238,24 @@ def main():
 
         data = os.path.join(work, "data")
         step("llmtrain-prepare (writes train_00000.h5, val_00000.h5)",
-             e.mpi(2, prepare, "--out_dir", data, "--tokenizer", "byte", "--val_fraction", "0.2", "--no_progress",
-                   text))
+             launch(2, prepare, "--out_dir", data, "--tokenizer", "byte", "--val_fraction", "0.2", "--no_progress",
+                    text))
         cfg = os.path.join(e.source, "inputs", "tiny_llama.cfg")
         common = [cfg, f"--data_dir={data}", "--out_dir=out", e.CPU, "--eval_interval=2", "--eval_iters=2",
                   "--log_interval=1", "--checkpoint_interval=2"]
         step("llmtrain (reads the shards, evaluates, saves .ckpt_00000002.h5.tmp)",
-             e.mpi(2, e.llmtrain(), *common, "--max_iters=2"))
+             launch(2, e.llmtrain(), *common, "--max_iters=2"))
         if not os.path.isfile(os.path.join(work, "out", "checkpoints", "ckpt_00000002.h5")):
             sys.exit("FAILED: the run finished without its checkpoint ckpt_00000002.h5")
         step("llmtrain --init_from=resume (reads ckpt_00000002.h5)",
-             e.mpi(2, e.llmtrain(), *common, "--max_iters=3", "--init_from=resume"))
+             launch(2, e.llmtrain(), *common, "--max_iters=3", "--init_from=resume"))
         for n in names:  # still there and still taken: the runs went past them, not through them
             if not os.path.exists("/dev/shm/sem.OMPIO_" + n):
                 sys.exit(f"FAILED: the planted semaphore OMPIO_{n} is gone: the test did not test what it says")
     finally:
         unplant()
+        if CLUSTER:
+            slurm_cluster("stop", CLUSTER)
     print("PASSED")
 
 
