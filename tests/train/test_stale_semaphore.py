@@ -15,7 +15,9 @@ open, and each of these must still finish within its time limit:
   checkpoint  the same run saves .ckpt_00000002.h5.tmp (synchronous) and a resume reads ckpt_00000002.h5
 and, as the control that shows the planted semaphore really blocks (so this test
 can fail): with OMPI_MCA_sharedfp=sm given explicitly (a user's own setting is
-respected) llmtrain-prepare does hang, and is killed after a few seconds.
+respected) llmtrain-prepare does hang, and is killed after a few seconds; and a
+training run so hung is ended by its watchdog after collective_timeout_s with a
+message naming the shard it is opening.
 
 The semaphores are planted in a private /dev/shm (a mount namespace of this test,
 `unshare --mount`), so no other job on the machine meets them; where no namespace
@@ -249,6 +251,18 @@ def main():
             sys.exit("FAILED: the run finished without its checkpoint ckpt_00000002.h5")
         step("llmtrain --init_from=resume (reads ckpt_00000002.h5)",
              launch(2, e.llmtrain(), *common, "--max_iters=3", "--init_from=resume"))
+        # The watchdog names what a stuck rank is inside of: with sharedfp/sm asked for, the
+        # shard open hangs, and after collective_timeout_s the message says which file.
+        rc, out = run_limited(launch(2, e.llmtrain(), *common, "--max_iters=3", "--out_dir=out_sm",
+                                     "--collective_timeout_s=4"), LIMIT_S, env={"OMPI_MCA_sharedfp": "sm"})
+        shard = os.path.join(data, "train_00000.h5")
+        named = [ln for ln in out.splitlines() if ln.strip().startswith("rank ") and f"opening {shard}'" in ln]
+        if rc is None or rc == 0 or "watchdog: no progress" not in out or not named:
+            print(out[-3000:])
+            sys.exit(f"FAILED: with sharedfp/sm the run's watchdog did not end it naming 'opening {shard}' "
+                     f"(rc {rc})")
+        print(f"ok: the watchdog names the open: {named[0].strip()[:200]}")
+        end_hung_jobs()
         for n in names:  # still there and still taken: the runs went past them, not through them
             if not os.path.exists("/dev/shm/sem.OMPIO_" + n):
                 sys.exit(f"FAILED: the planted semaphore OMPIO_{n} is gone: the test did not test what it says")
