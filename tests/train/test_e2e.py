@@ -350,6 +350,36 @@ elif case == "config_errors":
     log = json.load(open(glob.glob(os.path.join(work, "out0", "run_*.json"))[0]))
     assert log["training_iterations"] == [] and log["eval_results"] == [], log
     print("a directory, a duplicate key and max_iters=0 are each named")
+    # Issue 49: each refused in one line, before any training (a single rank: nothing starts).
+    bom = os.path.join(work, "bom.cfg")
+    with open(cfg, "rb") as f, open(bom, "wb") as g:
+        g.write(b"\xef\xbb\xbf" + f.read())
+    p = run([llm, bom, f"--data_dir={data}", "--print_config"])
+    assert "vocab_size = 256" in p.stdout, p.stdout
+    for args, needle in [
+        (["--describe_format=json"], "--describe_format is an option of --describe"),
+        (["--describe_memory_gib=80"], "--describe_memory_gib is an option of --describe"),
+        (["--describe", "--describe_ranks_per_node=16", "--describe_world_size=4"],
+         "--describe_ranks_per_node=16 exceeds the world size 4"),
+        (["--describe", "--describe_memory_gib=1e12"], "more than 2^40 sequences"),
+        (["--eval_full=True", f"--data_mix=1 {data} 1 {data}"], "config key 'eval_full'"),
+        (["--activation_checkpointing=selective", "--activation_checkpointing_every=5"],
+         "'activation_checkpointing_every' (5) exceeds n_layer (4)"),
+        (["--describe", "--activation_checkpointing=selective", "--activation_checkpointing_every=5"],
+         "'activation_checkpointing_every' (5) exceeds n_layer (4)"),
+    ]:
+        p = run([llm, cfg, f"--data_dir={data}", "--out_dir=never", CPU, *args], expect_ok=False)
+        errors = [ln for ln in p.stdout.splitlines() if "error" in ln.lower()]
+        assert p.returncode != 0 and any(needle in ln for ln in errors), (args, p.stdout)
+        assert not os.path.exists(os.path.join(work, "never")), f"{args}: a run started"
+    # --data_mix= clears a config file's blend (the run trains on data_dir).
+    mixcfg = os.path.join(work, "mix.cfg")
+    with open(cfg) as f, open(mixcfg, "w") as g:
+        g.write(f.read() + f"\ndata_mix = 1 {os.path.join(work, 'no_such_dir')}\n")
+    p = run([llm, mixcfg, f"--data_dir={data}", "--data_mix=", "--print_config"])
+    assert any(ln.rstrip() == "data_mix =" for ln in p.stdout.splitlines()), p.stdout
+    print("issue 49: a BOM, --describe_* without --describe, ranks per node, 1e12 GiB, eval_full with data_mix, "
+          "selective checkpointing past n_layer, --data_mix= : each handled")
 elif case == "document_masking":
     # Short documents (2 sentences of SOTU speeches, one JSONL line each) packed into block_size 128:
     # most windows hold several EOS boundaries.

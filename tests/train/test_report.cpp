@@ -151,6 +151,32 @@ TEST(ReportTool, CutOffRunInTheRunsListAndBudget) {
   EXPECT_NE(budget.find("-  (cut off at iteration 29"), std::string::npos) << budget;
 }
 
+// Issue 49: a run that ended in its start-up (a log with no iteration) is not
+// "cut off at iteration -1" and its prediction row is not "-100.0% OFF".
+TEST(Report, ALogWithNoIterationSaysSo) {
+  const auto dir = llmtrain::testing::scratch_dir("metrics-report-no-iterations");
+  std::ifstream in(fixture("run_1gpu.json"));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["training_iterations"] = nlohmann::json::array();
+  j["eval_results"] = nlohmann::json::array();
+  j["startup_info"]["prediction"] = {{"step_time_s", 0.5}, {"phases", {{"forward_backward_s", 0.4}}}};
+  const auto cut_path = (dir / "run_no_iterations_cut.json").string();
+  nlohmann::json cut = j;
+  cut.erase("summary");
+  std::ofstream(cut_path) << cut.dump();
+  const auto r = read_run_log(cut_path, 50);
+  EXPECT_EQ(r.ending(), "cut off before its first iteration (no summary: killed, a node lost, or still running)");
+  const auto failed_path = (dir / "run_no_iterations_failed.json").string();
+  j["summary"] = {{"status", "failed"}};
+  std::ofstream(failed_path) << j.dump();
+  const auto f = read_run_log(failed_path, 50);
+  EXPECT_EQ(f.ending(), "failed before its first iteration");
+  const std::string table = format_prediction_table({f});
+  EXPECT_EQ(table.find("-100.0%"), std::string::npos) << table;
+  EXPECT_EQ(table.find("OFF"), std::string::npos) << table;
+  EXPECT_NE(table.find("no iteration measured"), std::string::npos) << table;
+}
+
 TEST(Report, BadLogsAreNamed) {
   const auto dir = llmtrain::testing::scratch_dir("metrics-report-bad");
   const auto p = (dir / "run_broken.json").string();
