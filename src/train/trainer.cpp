@@ -106,6 +106,7 @@ struct Trainer::Impl {
   int64_t consecutive_bad_steps = 0;
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
   int64_t last_eval_tokens = 0;                         // predicted tokens of the last evaluate(), all ranks
+  nlohmann::json memory_plan;  // the memory model's peak per rank and what the device had at start-up
 
   // The parts of a run, built in this order.
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(LrSchedule::from_config(c)) {
@@ -153,7 +154,12 @@ struct Trainer::Impl {
                                     mcfg.vocab_size, data.vocab_size, cfg.data_dir));
     mcfg.eos_id = document_eos(cfg, data);
     if (!cfg.export_hf.empty()) check_hf_export_target(cfg.export_hf, mcfg);  // refused before any work
-    check_memory_fits(cfg, mcfg, rt.world_size(), available_memory(device, rt.local_size(), rt.hostname()));
+    const AvailableMemory available = available_memory(device, rt.local_size(), rt.hostname());
+    check_memory_fits(cfg, mcfg, rt.world_size(), available);
+    memory_plan = {{"plan_bytes", estimate_memory(mcfg, MemoryInputs::from_config(cfg, rt.world_size()), cfg.strategy())
+                                      .total()},
+                   {"capacity_bytes", available.bytes},
+                   {"capacity_source", available.source}};  // startup_info.memory (the report's memory figure)
     torch::manual_seed(cfg.seed);
     model = Transformer(mcfg);
     model->init_weights(static_cast<uint64_t>(cfg.seed));
@@ -178,6 +184,7 @@ struct Trainer::Impl {
     const RunEnvironment env = make_run_environment(cfg, rt, device, choices);
     run_log = open_run_log(cfg, rt.is_root());
     auto startup = make_startup_info(cfg, mcfg, env, setup);
+    startup["memory"] = memory_plan;
     if (resumed)
       startup["resumed_from"] = {{"checkpoint", resumed->path},
                                  {"iteration", resumed->state.iteration},
