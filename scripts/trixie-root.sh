@@ -17,9 +17,10 @@
 # torch wheel's LibTorch is linked without downloading it again, and
 # /usr/local/cuda when it exists. The venv's Python is the host's (3.11); it
 # runs on trixie's newer glibc.
-# --bare: a second root, without any compiler (LLMTRAIN_TRIXIE_ROOT's path with
-# -bare), for checking that a packed build (scripts/pack-build.sh) runs where
-# nothing can be built: only the run-time libraries.
+# --bare: a second root, Debian 12 (bookworm) with no compiler (LLMTRAIN_TRIXIE_ROOT's
+# path with -bare; about 1 minute, 250 MB), for checking that a packed build
+# (scripts/pack-build.sh) runs where nothing can be built, as on a GPU image: its
+# libraries come from the GPU kit (../shared/gpu-kit) as they do there.
 # --print: print the root's path and exit.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,23 +40,21 @@ PKGS=(
   libzstd-dev zlib1g-dev liblzma-dev
   libgtest-dev libgmock-dev libbenchmark-dev python3-yaml zstd file binutils
 )
-# The bare root: the run-time libraries of the same list (no compiler, no headers).
-BARE=(
-  openmpi-bin libopenmpi40 libhdf5-openmpi-310 libboost-program-options1.83.0
-  libpcre2-8-0 libicu76 libzstd1 zlib1g liblzma5 libgomp1 zstd python3-yaml file binutils-x86-64-linux-gnu
-)
-((bare)) && PKGS=("${BARE[@]}")
+# The bare root: CTest and xz (a GPU image has both), nothing that compiles.
+BARE=(cmake xz-utils ca-certificates)
+suite=trixie variant=apt
+((bare)) && PKGS=("${BARE[@]}") suite=bookworm variant=minbase
 stamp=$root/.llmtrain-root
-want=$(printf '%s\n' trixie "${PKGS[@]}" | sha256sum | cut -c1-16)
+want=$(printf '%s\n' $suite "${PKGS[@]}" | sha256sum | cut -c1-16)
 
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   command -v mmdebstrap >/dev/null || { echo "trixie-root: needs mmdebstrap (apt-get install mmdebstrap)" >&2; exit 1; }
   [[ $(id -u) -eq 0 ]] || { echo "trixie-root: making the root needs root (mmdebstrap's root mode)" >&2; exit 1; }
-  echo "trixie-root: making $root (Debian 13, ${#PKGS[@]} packages)"
+  echo "trixie-root: making $root ($suite, ${#PKGS[@]} packages)"
   t0=$SECONDS
   rm -rf "$root"
   mkdir -p "$(dirname "$root")"
-  mmdebstrap --variant=apt --quiet --include="$(IFS=,; echo "${PKGS[*]}")" trixie "$root" "$mirror"
+  mmdebstrap --variant=$variant --quiet --include="$(IFS=,; echo "${PKGS[*]}")" $suite "$root" "$mirror"
   echo "$want" >"$stamp"
   echo "trixie-root: made in $((SECONDS - t0)) s ($(du -sh "$root" | cut -f1))"
 fi
@@ -76,13 +75,14 @@ if [[ -f "$venv/pyvenv.cfg" ]]; then
   # trixie's /usr must stay, so only a non-/usr home is bound).
   [[ -n "$pyhome" && "$pyhome" != /usr/bin ]] && binds+=("$(dirname "$pyhome")")
 fi
-[[ -d /usr/local/cuda/ ]] && binds+=("$(readlink -f /usr/local/cuda)")
+((bare)) || [[ ! -d /usr/local/cuda/ ]] || binds+=("$(readlink -f /usr/local/cuda)")
 [[ -n "${LLMTRAIN_TRIXIE_BIND:-}" ]] && read -ra extra <<<"$LLMTRAIN_TRIXIE_BIND" && binds+=("${extra[@]}")
 
 # A private mount namespace: the binds vanish with the command.
 script='set -e; r=$1; shift; n=$1; shift
 for ((i = 0; i < n; i++)); do d=$1; shift; mkdir -p "$r$d"; mount --rbind "$d" "$r$d"; done
-[[ -e /usr/local/cuda && ! -e $r/usr/local/cuda ]] && ln -s "$(readlink -f /usr/local/cuda)" "$r/usr/local/cuda"
+c=$(readlink -f /usr/local/cuda 2>/dev/null || true)
+[[ -n $c && -d $r$c && ! -e $r/usr/local/cuda ]] && ln -s "$(readlink -f /usr/local/cuda)" "$r/usr/local/cuda"
 cp /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
 cwd=$1; shift
 p=/usr/local/bin:/usr/bin:/bin; [[ -x $r/usr/local/cuda/bin/nvcc ]] && p=$p:/usr/local/cuda/bin
