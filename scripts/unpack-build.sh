@@ -7,6 +7,8 @@
 # one whose torch the programs load) and this PATH's mpiexec; DIR/llmtrain-build/env.sh
 # sets LD_LIBRARY_PATH to the archive's lib/, that python's torch/lib and the
 # nvidia-* wheels beside it (the programs' DT_RPATH names the build machine's).
+# Where the build's own paths (compiled into the test programs) are free on this
+# machine they are made links to this checkout and the unpacked build.
 # Refuses, in one line, a python whose torch or CUDA version is not the one the
 # archive was built against. Prints the build directory's path last.
 set -euo pipefail
@@ -27,6 +29,13 @@ if [[ "$torch_found" != "$(m torch)" || "$cuda_found" != "$(m cuda)" ]]; then
   exit 1
 fi
 mpiexec=$(command -v mpiexec || command -v mpirun || m mpiexec)
+# The test programs hold the build and source paths compiled in
+# (LLMTRAIN_TEST_BUILD_DIR, ..._SOURCE_DIR): where those paths are free here,
+# they become links to this checkout and to the unpacked build.
+src0=$(m source_dir) b0=$(m build_dir)
+if [[ ! -e "$src0" && ! -L "$src0" ]]; then mkdir -p "$(dirname "$src0")" && ln -s "$SRC" "$src0"; fi
+if [[ "$b0" == "$src0"/* ]]; then b0=$SRC/${b0#"$src0"/}; fi
+if [[ ! -e "$b0" && ! -L "$b0" ]]; then mkdir -p "$(dirname "$b0")" && ln -s "$P/build" "$b0"; fi
 # Longest paths first: the build directory lies inside the source directory.
 # (The python paths before the venv's, which holds one of them.)
 subst=(-e "s#$(m build_dir)#$P/build#g" -e "s#$(m source_dir)#$SRC#g")
