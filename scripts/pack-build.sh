@@ -11,8 +11,9 @@
 #   lib/       what those programs load that is neither the GPU image's torch
 #              (torch/lib, the nvidia-* wheels beside it) nor a library of the
 #              GPU kit (../shared/gpu-kit/deps.tar.xz: MPI, HDF5, Boost, ICU,
-#              PCRE2, ...) nor the C runtime (glibc, libstdc++, libgcc_s): today
-#              Arrow and Parquet from the pyarrow wheel.
+#              PCRE2, ...) nor a system library (/usr/lib, /lib: the C runtime,
+#              and what the kit's libraries load, the image's own): today Arrow
+#              and Parquet from the pyarrow wheel.
 #   MANIFEST   torch, CUDA, NCCL and cuDNN versions the build linked, the
 #              commit, the build and source paths to rewrite (unpack-build.sh).
 # ARCHIVE: default llmtrain-build-<commit>.tar.xz in the current directory.
@@ -61,6 +62,9 @@ for p in "${progs[@]}"; do
     base=$(basename "$path"); stem=${base%%.so*}.so
     [[ "$base" =~ $runtime ]] && continue
     grep -qx "$stem" <<<"$kit_libs" && continue
+    # The system's own libraries (and what the kit's need: GnuTLS, Kerberos, ...)
+    # are the image's: a Debian 12 copy first on LD_LIBRARY_PATH would shadow them.
+    [[ "$path" =~ ^/(usr/)?lib(64)?/ ]] && continue
     want[$path]=$name
   done < <(ldd "$B/$p" 2>/dev/null)
 done
@@ -90,7 +94,7 @@ echo "packed_libs=$(cd "$P/lib" && ls | tr '\n' ' ')" >>"$P/MANIFEST"
 # 4. One archive: similar programs next to each other (xz's 64 MiB window finds
 #    the library code every test program carries).
 ( cd "$stage" && find llmtrain-build -type f -printf '%s %p\n' | sort -n | cut -d' ' -f2- >list &&
-  tar --owner=0 --group=0 -cf - -T list | xz -9e -T1 >"$OUTF" )
+  tar --owner=0 --group=0 -cf - -T list | xz -9 -T1 >"$OUTF" )
 size=$(stat -c %s "$OUTF")
 printf 'pack-build: %s: %d files, %.1f MiB (limit 48 MiB), in %d s; %s\n' "$OUTF" "$(wc -l <"$stage/list")" \
   "$(echo "$size / 1048576" | bc -l)" $((SECONDS - t0)) "$(grep -E '^(torch|cuda|packed_libs)=' "$P/MANIFEST" | tr '\n' ' ')"

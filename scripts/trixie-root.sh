@@ -85,7 +85,7 @@ c=$(readlink -f /usr/local/cuda 2>/dev/null || true)
 [[ -n $c && -d $r$c && ! -e $r/usr/local/cuda ]] && ln -s "$(readlink -f /usr/local/cuda)" "$r/usr/local/cuda"
 cp /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
 cwd=$1; shift
-p=/usr/local/bin:/usr/bin:/bin; [[ -x $r/usr/local/cuda/bin/nvcc ]] && p=$p:/usr/local/cuda/bin
+p=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin; [[ -x $r/usr/local/cuda/bin/nvcc ]] && p=$p:/usr/local/cuda/bin
 exec chroot "$r" /usr/bin/env -i HOME="$HOME" PATH=$p LANG=C.UTF-8 \
   TERM=dumb CCACHE_DIR="$CCACHE_DIR" ${LLMTRAIN_VENV:+LLMTRAIN_VENV=$LLMTRAIN_VENV} \
   bash -c "cd \"\$0\" && exec \"\$@\"" "$cwd" "$@"'
