@@ -89,7 +89,7 @@ print(f"venv={sys.prefix}")
 print(f"python3={c.get('_Python3_EXECUTABLE', '')}")
 print(f"mpiexec={c.get('MPIEXEC_EXECUTABLE', '')}")
 PY
-echo "packed_libs=$(cd "$P/lib" && ls | tr '\n' ' ')" >>"$P/MANIFEST"
+echo "packed_libs=$(find "$P/lib" -type f -printf '%f ' | sort)" >>"$P/MANIFEST"
 
 # 4. One archive: similar programs next to each other (xz's 64 MiB window finds
 #    the library code every test program carries).

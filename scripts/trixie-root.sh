@@ -61,6 +61,7 @@ fi
 [[ "${1:-}" == run ]] || { echo "trixie-root: $root is ready"; exit 0; }
 shift
 (($#)) || { echo "trixie-root: run needs a command" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || { echo "trixie-root: run needs root (a mount namespace and chroot)" >&2; exit 1; }
 
 venv=${LLMTRAIN_VENV:-$HOME/.cache/llmtrain/venv}
 binds=("$here" /dev /proc /sys)
@@ -79,6 +80,7 @@ fi
 [[ -n "${LLMTRAIN_TRIXIE_BIND:-}" ]] && read -ra extra <<<"$LLMTRAIN_TRIXIE_BIND" && binds+=("${extra[@]}")
 
 # A private mount namespace: the binds vanish with the command.
+# shellcheck disable=SC2016  # expanded by the inner bash
 script='set -e; r=$1; shift; n=$1; shift
 for ((i = 0; i < n; i++)); do d=$1; shift; mkdir -p "$r$d"; mount --rbind "$d" "$r$d"; done
 c=$(readlink -f /usr/local/cuda 2>/dev/null || true)
