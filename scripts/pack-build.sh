@@ -5,9 +5,10 @@
 # takes the archive in place of a build directory (docs/gpu.md).
 #
 # In the archive (llmtrain-build/):
-#   build/     the build tree less what only a compiler reads (objects, static
-#              libraries, precompiled headers, CMakeFiles/): bin/, every test
-#              program, the CTestTestfile.cmake files. Programs are stripped.
+#   build/     from the build tree only what runs: bin/, every test program
+#              and benchmark, the CTestTestfile.cmake files (no objects, static
+#              libraries, precompiled headers, nor the tests' own output).
+#              Programs are stripped.
 #   lib/       what those programs load that is neither the GPU image's torch
 #              (torch/lib, the nvidia-* wheels beside it) nor a library of the
 #              GPU kit (../shared/gpu-kit/deps.tar.xz: MPI, HDF5, Boost, ICU,
@@ -35,13 +36,13 @@ stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 P=$stage/llmtrain-build
 mkdir -p "$P/build" "$P/lib"
 
-# 1. The build tree, less what only a compiler or the build tool reads.
-( cd "$B" && find . -type f \
-    ! -path './CMakeFiles/*' ! -path '*/CMakeFiles/*' ! -path './Testing/*' ! -path './_deps/*' \
-    ! -name '*.o' ! -name '*.a' ! -name '*.gch' ! -name '*.pch' ! -name '.ninja_*' ! -name 'build.ninja' \
-    ! -name 'compile_commands.json' ! -name '*.d' ! -name 'CMakeCache.txt' -print0 |
+# 1. From the build tree, only what runs: the ELF programs (bin/, the test
+#    programs, the benchmarks) and what CTest reads (CTestTestfile.cmake), and
+#    CMakeCache.txt for the record; not objects, static libraries, precompiled
+#    headers, nor what the tests left there (test-scratch/, Testing/).
+( cd "$B" && find . -type f ! -path '*/CMakeFiles/*' ! -path './Testing/*' ! -path './test-scratch/*' \
+    ! -name '*.o' ! -name '*.a' \( -name CTestTestfile.cmake -o -name CMakeCache.txt -o -perm -u+x \) -print0 |
   xargs -0 cp --parents -t "$P/build" )
-cp "$B/CMakeCache.txt" "$P/build/CMakeCache.txt"
 # The programs: stripped (no debug information in a Release build; the dynamic
 # symbols stay, dladdr and backtraces by exported name still work).
 mapfile -t progs < <(cd "$P/build" && find . -type f -perm -u+x -exec sh -c 'head -c4 "$1" | grep -q ELF' _ {} \; -print)
