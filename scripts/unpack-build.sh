@@ -23,9 +23,9 @@ tar -C "$D" -xJf "$A"
 P=$D/llmtrain-build
 m() { sed -n "s/^$1=//p" "$P/MANIFEST"; }
 IFS='|' read -r torch_found cuda_found site prefix < <("$PY" -c 'import os, sys, torch
-print(torch.__version__.split("+")[0], torch.version.cuda or "", os.path.dirname(os.path.dirname(torch.__file__)), sys.prefix, sep="|")')
+print(torch.__version__.split("+")[0], torch.version.cuda or "none", os.path.dirname(os.path.dirname(torch.__file__)), sys.prefix, sep="|")' 2>/dev/null || echo "none|none||")
 if [[ "$torch_found" != "$(m torch)" || "$cuda_found" != "$(m cuda)" ]]; then
-  echo "unpack-build: $PY has torch $torch_found (CUDA ${cuda_found:-none}); the archive was built against torch $(m torch) (CUDA $(m cuda)): refused" >&2
+  echo "unpack-build: $PY has torch $torch_found (CUDA $cuda_found); the archive was built against torch $(m torch) (CUDA $(m cuda)): refused" >&2
   exit 1
 fi
 mpiexec=$(command -v mpiexec || command -v mpirun || m mpiexec)
