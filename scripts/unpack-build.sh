@@ -34,7 +34,7 @@ mpiexec=$(command -v mpiexec || command -v mpirun || m mpiexec)
 # they become links to this checkout and to the unpacked build.
 src0=$(m source_dir) b0=$(m build_dir)
 if [[ ! -e "$src0" && ! -L "$src0" ]]; then mkdir -p "$(dirname "$src0")" && ln -s "$SRC" "$src0"; fi
-if [[ "$b0" == "$src0"/* ]]; then b0=$SRC/${b0#"$src0"/}; fi
+# (A build directory inside the source directory now resolves through that link.)
 if [[ ! -e "$b0" && ! -L "$b0" ]]; then mkdir -p "$(dirname "$b0")" && ln -s "$P/build" "$b0"; fi
 # Longest paths first: the build directory lies inside the source directory.
 # (The python paths before the venv's, which holds one of them.)
