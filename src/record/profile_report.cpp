@@ -204,7 +204,13 @@ ProfileAnalysis analyze_profile_impl(const nlohmann::json& trace, const std::str
       if (e->cat == "cuda_runtime" && e->correlation >= 0)
         launch[e->correlation] = {top ? op_category_impl(top->name) : std::string(), e->ts};
       const int step = step_at(spans, e->ts);
-      if (const SyncKind k = sync_kind(*e); k != SyncKind::none) {
+      // An item() inside an ATen op is that CPU kernel reading a CPU scalar (the CPU
+      // fused AdamW reads each step count): no wait on a GPU, whose kernels read
+      // device memory. The project's own code (llmtrain:: ops) and the loop count.
+      const bool in_aten = std::any_of(ops.begin(), ops.end(), [](const Open& o) {
+        return starts_with(o.e->name, "aten::");
+      });
+      if (const SyncKind k = sync_kind(*e); k != SyncKind::none && !(k == SyncKind::item && in_aten)) {
         if (waits.empty() && step >= 0) {
           auto& st = out.steps[step];
           st.host_syncs += 1;

@@ -10,6 +10,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <vector>
@@ -183,10 +184,13 @@ std::vector<Case> cases() {
 }  // namespace
 
 // One block = the forward of 3 layers less that of 2 (the embedding, the final
-// norm and the RoPE tables cancel). The cost model's figure must be within 10%
-// of the bytes the recorded ops read and write.
+// norm and the RoPE tables cancel). The cost model's figure must be within 5% of
+// the bytes the recorded ops read and write (at 43ca912 it was within 1.3%: the
+// model leaves out the broadcast reads of the RoPE tables and the norms'
+// weights). The fused-kernel figure of the same block (what the published runs'
+// frameworks move) must not pass: the check tells the two apart.
 TEST(CostModelAgainstRecordedOps, BlockElementwiseBytes) {
-  constexpr double kTolerance = 0.10;
+  constexpr double kTolerance = 0.05;
   for (const auto& c : cases()) {
     const Recorded three = record_forward(c, 3), two = record_forward(c, 2);
     const double recorded = three.bytes - two.bytes;
@@ -203,6 +207,12 @@ TEST(CostModelAgainstRecordedOps, BlockElementwiseBytes) {
     }
     std::cout << fmt::format("{}: recorded {:.0f} bytes per block, cost model {:.0f} ({:+.1f}%)\n", c.name, recorded,
                              predicted, 100.0 * (predicted / recorded - 1.0));
+    if (c.model.norm == NormKind::rmsnorm && c.model.pos_encoding == PosEncoding::rope) {
+      RunShape fused = run;
+      fused.elementwise = ElementwiseKernels::fused;
+      EXPECT_GT(std::abs(block_elementwise_bytes(fused) / recorded - 1.0), kTolerance)
+          << c.name << ": the fused-kernel figure matches the recorded ops too; the check cannot tell them apart";
+    }
     EXPECT_NEAR(predicted / recorded, 1.0, kTolerance)
         << c.name << ": cost model " << predicted << " bytes per block, the recorded ops " << recorded
         << " (per op, one block):" << ops;

@@ -41,6 +41,8 @@ nlohmann::json hand_made_trace() {
   ev.push_back(op("aten::_local_scalar_dense", 211, 219));  // the same wait
   ev.push_back(op("aten::mul", 500, 510, 2));         // another thread (backward): counted
   ev.push_back(op("aten::_foreach_add_", 600, 650));  // optimizer
+  ev.push_back(op("aten::item", 610, 612));           //   a CPU kernel reading a scalar: no host wait on a GPU
+  ev.push_back(op("aten::_local_scalar_dense", 610.5, 611.5));
   ev.push_back(op("cudaStreamSynchronize", 700, 710, 1, "cuda_runtime"));  // a host wait
   ev.push_back(op("ProfilerStep#4", 1000, 2000, 1, "user_annotation"));
   ev.push_back(op("aten::add", 1100, 1110));
@@ -70,7 +72,8 @@ TEST(ProfileReport, CountsTopLevelOpsPerStepWithoutViewsOrNestedOps) {
   EXPECT_EQ(s3.ops_by_name.count("aten::addmm"), 0u);
   EXPECT_EQ(s3.ops_by_name.count("aten::view"), 0u);
   EXPECT_EQ(s3.ops_by_name.at("llmtrain::fused_linear_cross_entropy"), 1);
-  // item() and the _local_scalar_dense inside it are one wait; the stream synchronize another.
+  // item() and the _local_scalar_dense inside it are one wait; the stream synchronize another;
+  // the item() inside _foreach_add_ (ATen's CPU kernel) none.
   EXPECT_EQ(s3.host_syncs, 2);
   EXPECT_EQ(s3.syncs_by_kind.at("item (_local_scalar_dense)"), 1);
   EXPECT_EQ(s3.syncs_by_kind.at("cudaStreamSynchronize"), 1);
