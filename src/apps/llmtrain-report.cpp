@@ -13,6 +13,7 @@
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/record/html_report.hpp"
+#include "llmtrain/record/profile_report.hpp"  // defines: run_profile_report (--profile)
 #include "llmtrain/record/run_log.hpp"
 #include "llmtrain/record/run_log_reader.hpp"
 #include "llmtrain/record/run_report.hpp"
@@ -21,12 +22,13 @@ namespace fs = std::filesystem;
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) try {
-  std::vector<std::string> logs;
+  std::vector<std::string> logs, profiles;
   int64_t warmup = -1;
   double budget = 85e9;
   std::string plot_dir, json_out, html_out;
   po::options_description opts(
       "usage: llmtrain-report RUN_LOG|DIR [...] [options]\n"
+      "       llmtrain-report --profile TRACE|DIR [...] [--json FILE]\n"
       "Summarizes llmtrain run logs (out_dir/run_*.json); figures after warm-up iterations");
   opts.add_options()("help,h", "this help")(
       "warmup", po::value<int64_t>(&warmup)->default_value(-1),
@@ -40,7 +42,10 @@ int main(int argc, char** argv) try {
       "html", po::value<std::string>(&html_out),
       "write one self-contained HTML page (headline, step phases measured vs predicted, curves, memory, runs side by "
       "side, tables) to this file")(
-      "json", po::value<std::string>(&json_out), "also write the summaries as JSON to this file");
+      "json", po::value<std::string>(&json_out), "also write the summaries as JSON to this file")(
+      "profile", po::value<std::vector<std::string>>(&profiles)->multitoken(),
+      "instead of run logs: per step of these profile_steps traces (files or out_dir/profile directories), the "
+      "top-level ops by category, the host synchronizations and, from a GPU, kernel time by category");
   po::options_description hidden;
   hidden.add_options()("logs", po::value<std::vector<std::string>>(&logs));
   po::options_description all;
@@ -50,6 +55,10 @@ int main(int argc, char** argv) try {
   po::variables_map vm;
   po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
   po::notify(vm);
+  if (!profiles.empty() && !vm.count("help")) {  // --profile A B, --profile=A B: every file named is a trace
+    profiles.insert(profiles.end(), logs.begin(), logs.end());
+    return llmtrain::run_profile_report(profiles, json_out);
+  }
   if (vm.count("help") || logs.empty()) {
     std::cout << opts << "\n";
     return logs.empty() && !vm.count("help") ? 2 : 0;

@@ -36,6 +36,7 @@
 #include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
 #include "llmtrain/core/progress.hpp"      // defines: ProgressBar
 #include "llmtrain/record/run_log.hpp"       // defines: RunLog, start-up block
+#include "llmtrain/record/step_profiler.hpp"  // defines: StepProfiler (profile_steps: a trace of chosen steps)
 #include "llmtrain/record/run_record.hpp"    // defines: make_metrics_setup, make_run_environment, open_run_log, predict_run
 #include "llmtrain/train/schedule.hpp"      // defines: LrSchedule
 
@@ -617,9 +618,12 @@ TrainResult Trainer::run_loop() {
   if (cfg.eval_only) return m.evaluate_only();
   TrainResult result;
   Console console(m.state.iteration, cfg.max_iters);
+  StepProfiler profiler(cfg, m.rt.rank(), m.device);          // profile_steps: out_dir/profile/
   for (int64_t iter = m.state.iteration; iter < cfg.max_iters; ++iter) {
     console.bar().step_started(iter);                         // a long step shows its time on a terminal
+    profiler.before_step(iter);
     const IterationMetrics it = m.train_step(iter);
+    profiler.after_step(iter);
     m.state.iteration = iter + 1;
     m.record_iteration(it);                                   // run log, self-check failures
     m.count_bad_step(it);                                     // max_bad_steps in a row end the run
