@@ -15,8 +15,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-torch::Tensor f32(const torch::Tensor& t) { return t.to(torch::kFloat).contiguous(); }
-const float* ptr_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 std::vector<int64_t> with_last(const torch::Tensor& t, int64_t last) {
   auto s = t.sizes().vec();

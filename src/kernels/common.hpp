@@ -10,7 +10,15 @@
 #include "kernels/launch.hpp"              // defines: cuda::DT, the launchers
 #include "llmtrain/kernels/kernels.hpp"  // defines: Op, Impl, NormOut, Qkv
 
-namespace llmtrain::kernels::detail {
+namespace llmtrain::kernels {
+
+// A twin's fp32 contiguous view of `t` (a copy where `t` is not that already),
+// and the data pointer of an optional fp32 tensor (null when undefined). Here,
+// not in each op's file: a unity batch compiles those files as one.
+inline torch::Tensor f32(const torch::Tensor& t) { return t.to(torch::kFloat).contiguous(); }
+inline const float* ptr_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+namespace detail {
 
 // fp32 and bf16: the dtypes the kernels and twins take.
 bool kernel_dtype(at::ScalarType t);
@@ -48,4 +56,5 @@ torch::Tensor aten_gelu_tanh(const torch::Tensor& h, const torch::Tensor& bias);
 torch::Tensor aten_lm_head_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                          const torch::Tensor& targets, int64_t ignore_index);
 
-}  // namespace llmtrain::kernels::detail
+}  // namespace detail
+}  // namespace llmtrain::kernels

@@ -74,8 +74,6 @@ void twin_bwd(const float* h, const float* dy, const float* dh_out, const float*
   });
 }
 
-torch::Tensor f32(const torch::Tensor& t) { return t.to(torch::kFloat).contiguous(); }
-const float* ptr_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 struct AddNormFn : public torch::autograd::Function<AddNormFn> {
   // Returns {h, y} with delta, {y} without (h would be x itself).

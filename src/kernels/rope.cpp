@@ -23,8 +23,6 @@ struct Geom {
   int64_t items() const { return B * T * NH(); }
 };
 
-torch::Tensor f32(const torch::Tensor& t) { return t.to(torch::kFloat).contiguous(); }
-const float* ptr_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 // The row of the (B, h, T, D) output a (token, head) item goes to, and which
 // tensor: 0 q, 1 k, 2 v.
