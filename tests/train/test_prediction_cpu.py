@@ -28,8 +28,9 @@ TOLERANCE = 0.15
 
 
 def busy():
+    """LLMTRAIN_PERF_ANYWAY=1: run and judge whatever the load (to see the figures on a busy machine)."""
     load = os.getloadavg()[0]
-    return load > (os.cpu_count() or 1), load
+    return load > (os.cpu_count() or 1) and os.environ.get("LLMTRAIN_PERF_ANYWAY") != "1", load
 
 
 if case == "cross_shape":
