@@ -235,6 +235,14 @@ std::vector<std::string> Runtime::all_hostnames() const { return mpi::allgather_
 
 void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
+int Runtime::stop_signal_any_rank() const {
+  const int mine = stop_signal();
+  int code = mine == SIGTERM ? 2 : mine == SIGUSR1 ? 1 : 0;  // SIGTERM wins
+  int seen = 0;
+  MPI_CHECK(MPI_Allreduce(&code, &seen, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return seen == 2 ? SIGTERM : seen == 1 ? SIGUSR1 : 0;
+}
+
 void Runtime::set_observer(RunObserver* observer) {
   if (listener_) listener_->set_observer(observer);
 }

@@ -28,6 +28,10 @@
                without an EOS (a nanoGPT token stream) is refused naming the key.
   early_split  a val split that is empty or shorter than block_size + 1 fails at
                start-up, before any training work.
+  phases       2 ranks, rank 1 arriving 300 ms late at every loss allreduce
+               (LLMTRAIN_TEST_SLOW_LOSS_REDUCE): rank 0's wait there is exposed
+               communication, not time outside the phases; the phases and `other`
+               still sum to the step.
   run_log_full_disk  out_dir on a small tmpfs that fills up: the run ends with the
                OS error naming the run log, whose last complete version stays
                readable and no temporary file is left (root; 77 where mounting is
@@ -441,6 +445,24 @@ elif case == "run_log_full_disk":
               f"its last version is complete JSON, no temporary file left")
     finally:
         subprocess.run(["umount", "-l", mnt])
+elif case == "phases":
+    data = prepare()
+    delay_ms = 300
+    cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
+    run(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", "--out_dir=out", CPU, "--max_iters=6",
+            "--eval_interval=100", "--eval_iters=1", "--log_interval=1"),
+        env={"LLMTRAIN_TEST_SLOW_LOSS_REDUCE": f"1:{delay_ms}"})
+    with open(sorted(glob.glob(os.path.join(work, "out", "run_*.json")))[0]) as f:
+        its = json.load(f)["training_iterations"]
+    for r in its:
+        phases = r["data_ms"] + r["forward_backward_ms"] + r["communication_ms"] + r["optimizer_ms"]
+        print(f"iter {r['iter']}: dt {r['dt_ms']:.1f} ms = phases {phases:.1f} + other {r['other_ms']:.1f}; "
+              f"communication {r['communication_ms']:.1f} ms")
+        assert abs(phases + r["other_ms"] - r["dt_ms"]) < 0.05 * r["dt_ms"] + 1.0, r
+        # rank 0 waited ~delay_ms for rank 1 in the loss allreduce: communication holds it
+        assert r["communication_ms"] > 0.8 * delay_ms, r
+        assert r["other_ms"] < 0.5 * delay_ms, r
+
 elif case == "memory_check":
     # A micro-batch predicted to need ~192 GiB per rank is refused at start-up,
     # before anything large is allocated: one line (predicted against available,

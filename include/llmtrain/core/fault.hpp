@@ -17,6 +17,10 @@
 //                                           ENOSPC) after the header of that iteration's checkpoint,
 //                                           before its tensors;
 //                                           the ballast is removed once the save has failed
+//   LLMTRAIN_TEST_SLOW_LOSS_REDUCE=<rank>:<ms>
+//                                           slow_loss_reduce: that rank sleeps that long before
+//                                           the loss allreduce of every iteration (the others
+//                                           wait in it: their exposed communication)
 #pragma once
 #include <cstdint>
 #include <set>
@@ -29,8 +33,9 @@ enum class Point {
   iteration_sleep,   // every iteration takes `value` ms longer (a slow run)
   kill_during_save,  // SIGKILL half way through a checkpoint's tensors
   disk_full_during_save,  // the disk fills up during a checkpoint's save (a real ENOSPC)
+  slow_loss_reduce,  // one rank arrives `value` ms late at every iteration's loss allreduce
 };
-constexpr int kNumPoints = 5;
+constexpr int kNumPoints = 6;
 
 // Where a point strikes: on `rank` (-1: every rank) at the listed iterations
 // (empty: every iteration); `value` is the point's argument (iteration_sleep: ms).
