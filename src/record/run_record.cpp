@@ -57,21 +57,16 @@ std::optional<PredictionCheck> predict_run(const Config& cfg, const ModelConfig&
                                            nlohmann::json& startup) {
   std::string why;
   std::optional<DeviceProfile> profile;
-  const bool asked = cfg.device_profile == kCalibrateProfile;
-  if (asked || calibrates_by_default(cfg, rt.device_name())) {
+  if (cfg.device_profile == kCalibrateProfile) {
     // device_profile=calibrate: the machine as this run finds it, measured
-    // by every rank together just before the first step. A CPU run without
-    // device_profile: its step's rates only, briefly (CalibrationScope::step).
+    // by every rank together just before the first step.
     rt.watchdog().activity("start-up: calibrating the device profile (device_profile=calibrate)");
     DeviceProfile measured;
-    const std::string file =
-        calibrate_device_profile(cfg, rt, &measured, asked ? CalibrationScope::full : CalibrationScope::step);
-    measured.source = fmt::format("calibrate: measured by this run before its first step{}{}",
-                                  asked ? "" : " (a CPU run without device_profile: its step's rates)",
+    const std::string file = calibrate_device_profile(cfg, rt, &measured);
+    measured.source = fmt::format("calibrate: measured by this run before its first step{}",
                                   file.empty() ? std::string() : fmt::format(" (written to {})", file));
     profile = std::move(measured);
-    log::info("device profile measured by this run ({}): {}",
-              asked ? "device_profile=calibrate" : "a CPU run without device_profile", profile->name);
+    log::info("device profile measured by this run (device_profile=calibrate): {}", profile->name);
   } else {
     profile = run_device_profile(cfg, rt.device_name(), &why);
   }
