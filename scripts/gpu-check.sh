@@ -15,6 +15,8 @@
 #   versions   (ARCHIVE only) the torch, CUDA and driver found here against the archive's, in one
 #              line; a mismatch ends the check there
 #   facts      the GPU, driver, compiler, torch and llmtrain --version
+#   calibrate  llmtrain --calibrate on the idle GPU: its measured device profile, which every later
+#              run of the call predicts with (--device_profile; run logs: summary.prediction by phase)
 #   suite      the CPU suite (ctest -LE "slurm|gpu", GPU_CHECK_CTEST_J jobs) in the background, with
 #              no GPU visible (CUDA_VISIBLE_DEVICES=""): the tests CI runs, on this machine's build
 #   gpu-tests  ctest -L gpu in the background, except gpu_presets (the presets stage runs the
@@ -29,7 +31,6 @@
 #   templates  jobs/tier1..3.sbatch through mpirun at one rank (ITERS=GPU_CHECK_ITERS)
 #   compare    benchmarks/compare_pytorch.sh --device cuda: llmtrain against PyTorch eager and
 #              torch.compile on the LLaMA-2 1.36B preset
-#   calibrate  llmtrain --calibrate: this GPU's measured device profile
 # OUT_DIR gets summary.txt (written as the stages end) and logs.tar.gz (every log and run log).
 set -u
 ARCHIVE=""
@@ -94,7 +95,9 @@ print(f"status {s.get('status')} | {s.get('tokens_per_sec', 0):.0f} tok/s | MFU 
       f" {'fits' if s.get('allocated_peak_bytes', 0) <= float(sys.argv[2]) * 2**30 else 'does NOT fit'} {sys.argv[2]} GiB)"
       f" | predicted step {1e3 * s.get('predicted_step_time_s', 0):.1f} ms (measured/predicted"
       f" {(s.get('prediction') or {}).get('measured_over_predicted', 0):.2f})"
-      f" | last step phases ms {ph} | warm-up left out {s.get('warmup_iters_skipped')}"
+      f" | last step phases ms {ph} | predicted/measured mean ms by phase "
+      f"{ {k[:-3]: (round(v['predicted_ms'], 1), round(v['measured_ms'], 1)) for k, v in ((s.get('prediction') or {}).get('phases') or {}).items()} }"
+      f" | warm-up left out {s.get('warmup_iters_skipped')}"
       + (f" | errors {j['errors'][:2]}" if j.get("errors") else ""))
 EOF
 }
@@ -145,6 +148,17 @@ if stage linkage 5; then
   } 2>&1 | cut -c1-400 | tee -a "$S"
 fi
 
+# First, on an idle GPU: this GPU's profile (GEMMs at the preset's shapes, attention at 4 lengths,
+# bandwidth, per-operator cost), so that every later run of this call predicts with it (PROF).
+PROF=()
+if stage calibrate 60; then
+  t=$(date +%s)
+  timeout 120 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --calibrate --device="$DEV" \
+    --data_dir="$DATA" --out_dir="$W/calibrate" >"$W/calibrate.log" 2>&1
+  say "calibrate: rc $? in $(($(date +%s) - t)) s | $(tail -3 "$W/calibrate.log" | tr '\n' ' ' | cut -c1-600)"
+  [[ -s $W/calibrate/device_profile.json ]] && PROF=(--device_profile="$W/calibrate/device_profile.json")
+fi
+
 if stage suite 60; then
   ( cd "$B" && CUDA_VISIBLE_DEVICES="" timeout $(($(left) - 15)) ctest -j"$CTEST_J" -LE "slurm|gpu" --timeout 400 --output-on-failure ) >"$W/ctest_cpu.log" 2>&1 &
   SUITE_PID=$!
@@ -176,7 +190,7 @@ if stage presets 40; then
     ((  $(left) > 30 )) || { say "SKIPPED $n: budget"; continue; }
     # One micro-batch per step (the presets accumulate 8): the peak is the same, the run 8x shorter.
     common=(--data_dir="$DATA" --device="$DEV" --max_iters=3 --gradient_accumulation_steps=1 --log_interval=1
-            --eval_interval=1000000 --eval_iters=1)
+            --eval_interval=1000000 --eval_iters=1 "${PROF[@]+"${PROF[@]}"}")
     plan=$("$B/bin/llmtrain" "$cfg" --device="$DEV" --describe --describe_format=json --describe_memory_gib="$CARD_GIB" 2>/dev/null |
            "$PY" -c "import json,sys; t=sys.stdin.read(); m=json.loads(t[t.index('{'):])['memory']
 print(f\"memory plan: {m['peak_bytes_per_rank'] / 2**30:.2f} GiB at batch {m['batch_size']}; largest batch in $CARD_GIB GiB {m.get('max_batch_size')}\")" 2>&1 | tail -1)
@@ -222,7 +236,7 @@ if stage templates 60; then
   for t in tier1 tier2 tier3; do
     ((  $(left) > 40 )) || { say "SKIPPED $t: budget"; continue; }
     LLMTRAIN_LAUNCHER=mpirun LLMTRAIN_JOBS_DIR="$SRC/jobs" LLMTRAIN_ROOT="$SRC" LLMTRAIN_BIN="$B/bin" \
-      DATA_DIR="$DATA" OUT_ROOT="$R" OUT_DIR="$R/$t" ITERS="$ITERS" EXTRA_ARGS="--eval_iters=2" \
+      DATA_DIR="$DATA" OUT_ROOT="$R" OUT_DIR="$R/$t" ITERS="$ITERS" EXTRA_ARGS="--eval_iters=2 ${PROF[*]-}" \
       timeout $(($(left) - 20)) bash "$SRC/jobs/$t.sbatch" >"$W/$t.log" 2>&1
     rc=$?
     keep_run "$t"
@@ -238,12 +252,6 @@ if stage compare 150; then
   say "compare: rc $?"
   sed -n '/^llmtrain vs PyTorch/,$p' "$W/compare.log" | tee -a "$S"
   [[ -s $W/compare.json ]] || tail -8 "$W/compare.log" | sed 's/^/    /' | tee -a "$S"
-fi
-
-if stage calibrate 45; then
-  timeout $(($(left) - 10)) "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --calibrate --device="$DEV" \
-    --data_dir="$DATA" --out_dir="$W/calibrate" >"$W/calibrate.log" 2>&1
-  say "calibrate: rc $? | $(tail -3 "$W/calibrate.log" | tr '\n' ' ' | cut -c1-600)"
 fi
 
 if [[ -n "${SUITE_PID:-}" ]]; then

@@ -375,8 +375,10 @@ int main(int argc, char** argv) try {
   if (profile) {
     plan_apply_prediction(rows, a.device, gpus, std::min(gpus, 8));
     if (!a.json)
-      std::cout << fmt::format("times predicted for {} x {} ({} per node) by the performance model\n", gpus, a.device,
-                               std::min(gpus, 8));
+      std::cout << fmt::format("times predicted for {} x {} ({} per node) by the performance model; \"checked\": "
+                               "the MFU range its check against published runs supports "
+                               "(docs/performance-model.md)\n",
+                               gpus, a.device, std::min(gpus, 8));
   }
   if (speed) {
     plan_apply_speed(rows, *speed, gpus);

@@ -264,6 +264,9 @@ void plan_apply_prediction(std::vector<Candidate>& candidates, const std::string
     const StepPrediction p = predict_step(RunShape::from_config(c.config, m), {gpus, ranks_per_node}, profile);
     c.hours = c.tokens / p.tokens_per_s / 3600.0;
     c.gpu_hours = *c.hours * gpus;
+    c.mfu = p.mfu_percent;
+    if (p.confidence.have_range) c.mfu_lo = p.confidence.mfu_lo, c.mfu_hi = p.confidence.mfu_hi;
+    c.unchecked = p.confidence.outside;
   }
 }
 
@@ -317,6 +320,8 @@ std::string format_candidates(const std::vector<Candidate>& cs, FlopAccounting a
                               accounting == FlopAccounting::mfu ? "FLOPs/tok" : "6N FLOPs/t", "FLOPs", "loss", "D/N");
   if (memory) s += fmt::format(" {:>11}", fmt::format("GiB/GPU {}", cs.front().memory_strategy));
   if (timed) s += fmt::format(" {:>10} {:>11}", "days", "GPU-hours");
+  const bool predicted = !cs.empty() && cs.front().mfu.has_value();
+  if (predicted) s += fmt::format(" {:>5} {:>9}", "MFU", "checked");
   s += "\n";
   int rank = 0;
   for (const auto& c : cs) {
@@ -326,6 +331,13 @@ std::string format_candidates(const std::vector<Candidate>& cs, FlopAccounting a
                      human(c.tokens), c.flops_per_token, c.flops, c.loss, c.tokens_per_param);
     if (memory) s += fmt::format(" {:>11.2f}", gib(c.memory_per_gpu));
     if (timed) s += fmt::format(" {:>10.3g} {:>11.4g}", *c.hours / 24.0, *c.gpu_hours);
+    if (predicted)
+      s += fmt::format(" {:>4.0f}% {:>9}", c.mfu.value_or(0.0),
+                       c.mfu_lo ? fmt::format("{:.0f}-{:.0f}%", *c.mfu_lo, *c.mfu_hi) : std::string("-"));
+    if (!c.unchecked.empty()) {
+      s += "  outside the checked: ";
+      for (size_t i = 0; i < c.unchecked.size(); ++i) s += (i ? ", " : "") + c.unchecked[i];
+    }
     s += "\n";
   }
   return s;
@@ -356,6 +368,9 @@ nlohmann::json candidates_to_json(const std::vector<Candidate>& cs, FlopAccounti
     j["memory_per_gpu_bytes"] = c.memory_per_gpu;
     j["hours"] = c.hours ? nlohmann::json(*c.hours) : nlohmann::json(nullptr);
     j["gpu_hours"] = c.gpu_hours ? nlohmann::json(*c.gpu_hours) : nlohmann::json(nullptr);
+    if (c.mfu) j["predicted_mfu"] = *c.mfu;
+    if (c.mfu_lo) j["predicted_mfu_range"] = {*c.mfu_lo, *c.mfu_hi};
+    if (c.mfu || !c.unchecked.empty()) j["outside_checked"] = c.unchecked;
     out.push_back(std::move(j));
   }
   return out;

@@ -60,21 +60,23 @@ double time_call(const std::function<void()>& f, int reps, const torch::Device& 
   return slowest;
 }
 
-// Repetitions so that one timed repetition takes about 50 ms.
-int reps_for(double flops_or_bytes, double rate_per_s) {
-  return static_cast<int>(std::clamp(0.05 * rate_per_s / std::max(1.0, flops_or_bytes), 1.0, 200.0));
+// Repetitions so that one timed repetition takes about `rep_s` (50 ms; a
+// step-scope calibration 10 ms).
+int reps_for(double flops_or_bytes, double rate_per_s, double rep_s = 0.05) {
+  return static_cast<int>(std::clamp(rep_s * rate_per_s / std::max(1.0, flops_or_bytes), 1.0, 200.0));
 }
 
 // GEMMs of forward_gemms() in the layouts the model runs them (nn::Linear: x W^T;
 // backward: dY W and dY^T X). Returns the FLOP-weighted rate over all of them.
-double measure_gemms(const ModelConfig& m, int64_t batch, bool sixteen, const torch::Device& dev, DeviceProfile& p) {
+double measure_gemms(const ModelConfig& m, int64_t batch, bool sixteen, const torch::Device& dev, DeviceProfile& p,
+                     double rep_s) {
   const auto opt = torch::TensorOptions().device(dev).dtype(sixteen ? torch::kBFloat16 : torch::kFloat);
   double flops_total = 0, seconds_total = 0;
   torch::NoGradGuard no_grad;
   for (const auto& g : forward_gemms(m, batch)) {
     auto x = torch::randn({g.m, g.k}, opt), w = torch::randn({g.n, g.k}, opt), dy = torch::randn({g.m, g.n}, opt);
     const double flops = 2.0 * g.m * g.n * g.k;
-    const int reps = reps_for(flops, sixteen ? 2e10 : 5e10);
+    const int reps = reps_for(flops, sixteen ? 2e10 : 5e10, rep_s);
     struct Product {
       int64_t m, n, k;
       std::function<void()> run;
@@ -94,21 +96,23 @@ double measure_gemms(const ModelConfig& m, int64_t batch, bool sixteen, const to
   return flops_total / seconds_total / 1e12;
 }
 
-// Causal SDPA forward + backward at the model's shape; FLOPs counted as the
-// cost model counts them (the causal half, backward 2.5x forward).
-double measure_attention(const ModelConfig& m, int64_t batch, bool sixteen, const torch::Device& dev) {
+// Causal SDPA forward + backward at the model's heads and head dimension and
+// sequence length `seq`; FLOPs counted as the cost model counts them (the causal
+// half, backward 2.5x forward).
+double measure_attention(const ModelConfig& m, int64_t batch, int64_t seq, bool sixteen, const torch::Device& dev,
+                         double rep_s) {
   const auto opt =
       torch::TensorOptions().device(dev).dtype(sixteen ? torch::kBFloat16 : torch::kFloat).requires_grad(true);
-  auto q = torch::randn({batch, m.n_head, m.block_size, m.head_dim}, opt);
-  auto k = torch::randn({batch, m.n_kv_head, m.block_size, m.head_dim}, opt);
-  auto v = torch::randn({batch, m.n_kv_head, m.block_size, m.head_dim}, opt);
-  const double fwd = 4.0 * batch * m.n_head * m.block_size * m.block_size * m.head_dim / 2.0;
+  auto q = torch::randn({batch, m.n_head, seq, m.head_dim}, opt);
+  auto k = torch::randn({batch, m.n_kv_head, seq, m.head_dim}, opt);
+  auto v = torch::randn({batch, m.n_kv_head, seq, m.head_dim}, opt);
+  const double fwd = 4.0 * batch * m.n_head * seq * seq * m.head_dim / 2.0;
   const double s = time_call(
       [&] {
         auto o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, m.n_kv_head != m.n_head);
         o.sum().backward();
       },
-      reps_for(fwd * 3.5, 1e10), dev);
+      reps_for(fwd * 3.5, 1e10, rep_s), dev);
   return fwd * 3.5 / s / 1e12;
 }
 
@@ -154,7 +158,7 @@ double measure_launch_us(const torch::Device& dev, int64_t numel, double memory_
 // what the chain of multiplies did not see (the model's own operators, their
 // allocations and autograd nodes, the thread pool at the model's sizes).
 double fit_launch_us(const Config& c, const ModelConfig& m, const torch::Device& dev, const DeviceProfile& p,
-                     double floor_us, double* measured_ms) {
+                     double floor_us, double* measured_ms, double sample_s) {
   torch::manual_seed(c.seed);
   Transformer probe(m);
   probe->to(dev);
@@ -176,7 +180,7 @@ double fit_launch_us(const Config& c, const ModelConfig& m, const torch::Device&
   // 0.25 s: for a small model, 5 single steps span a fraction of a second,
   // which one burst of other work on the machine can fill, and the median is
   // then that burst (docs/performance-model.md, the CPU tables).
-  const double s = time_call(step, 1, dev, /*sample_s=*/0.25);
+  const double s = time_call(step, 1, dev, sample_s);
   if (measured_ms) *measured_ms = s * 1e3;
   // The prediction of one micro-batch is linear in launch_us: fb(l) = fb0 + l * per_us.
   RunShape r = RunShape::from_config(c, m);
@@ -296,7 +300,10 @@ class KeepRandomState {
 
 }  // namespace
 
-std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile* measured) {
+std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile* measured, CalibrationScope scope) {
+  const bool full = scope == CalibrationScope::full;
+  const double rep_s = full ? 0.05 : 0.01;
+  const bool run16 = c.dtype != ComputeDtype::float32;
   const torch::Device dev = rt.setup_device(c.device, c.num_threads);
   const KeepRandomState keep_random(dev);
   const DataInfo data = read_data_info(c.data_dir);
@@ -306,16 +313,42 @@ std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile
   p.name = fmt::format("calibrated: {} x {} on {}", rt.world_size(), rt.device_name(), rt.hostname());
   p.model = device_peak_model(rt.device_name());
   p.gemm_tflops.clear();
-  log::info("calibrating {} ({} ranks, {} threads per rank) at the shapes of {}", rt.device_name(), rt.world_size(),
-            rt.num_threads(), m.arch_string());
-  p.matmul_tflops_fp32 = measure_gemms(m, c.batch_size, false, dev, p);
-  p.matmul_tflops_16bit = measure_gemms(m, c.batch_size, true, dev, p);
-  p.attention_tflops_fp32 = measure_attention(m, c.batch_size, false, dev);
-  p.attention_tflops_16bit = measure_attention(m, c.batch_size, true, dev);
+  log::info("calibrating {} ({} ranks, {} threads per rank) at the shapes of {}{}", rt.device_name(), rt.world_size(),
+            rt.num_threads(), m.arch_string(), full ? "" : ": the step's rates only, briefly");
+  // A step-scope calibration keeps the base's rate for the dtype the run does
+  // not use, scaled by what the measured one found against the base.
+  const std::vector<bool> dtypes = full ? std::vector<bool>{false, true} : std::vector<bool>{run16};
+  const double base_gemm16 = p.matmul_tflops_16bit, base_gemm32 = p.matmul_tflops_fp32;
+  for (const bool sixteen : dtypes)
+    (sixteen ? p.matmul_tflops_16bit : p.matmul_tflops_fp32) = measure_gemms(m, c.batch_size, sixteen, dev, p, rep_s);
+  if (!full) {
+    if (run16) p.matmul_tflops_fp32 = base_gemm32 * p.matmul_tflops_16bit / base_gemm16;
+    else p.matmul_tflops_16bit = base_gemm16 * p.matmul_tflops_fp32 / base_gemm32;
+  }
+  // Attention at the model's sequence length and, on a GPU, at a quarter, half
+  // and twice it with the same tokens per batch (long sequences are not free:
+  // docs/performance-model.md), each kept at its (T, head dim). The profile's
+  // general rate is the model's length's divided by its shape efficiency, so
+  // that lengths not measured scale from it (cost_model.hpp).
+  p.attention_by_shape_tflops.clear();
+  const int64_t T = m.block_size, tokens = c.batch_size * T;
+  std::vector<int64_t> lengths = {T};
+  if (dev.is_cuda())
+    for (int64_t t : {T / 4, T / 2, 2 * T})
+      if (t >= 128 && t <= 16384 && tokens / t >= 1) lengths.push_back(t);
+  for (const bool sixteen : dtypes)
+    for (const int64_t t : lengths) {
+      const int64_t b = std::max<int64_t>(1, tokens / t);
+      const double rate = measure_attention(m, b, t, sixteen, dev, rep_s);
+      p.attention_by_shape_tflops[attention_key(t, m.head_dim, sixteen)] = rate;
+      if (t == T)
+        (sixteen ? p.attention_tflops_16bit : p.attention_tflops_fp32) =
+            rate / attention_shape_efficiency(p, b, m.n_head, t);
+    }
   p.memory_gbps = measure_memory(c.batch_size * m.block_size * std::max(m.n_embd, m.ffn_hidden), dev);
   const double chain_us = measure_launch_us(dev, c.batch_size * m.block_size * m.n_embd, p.memory_gbps);
   double model_ms = 0;
-  p.launch_us = fit_launch_us(c, m, dev, p, chain_us, &model_ms);
+  p.launch_us = fit_launch_us(c, m, dev, p, chain_us, &model_ms, full ? 0.25 : 0.1);
   log::info("per-operator cost: {:.1f} us (a chain of multiplies: {:.1f} us; one forward + backward of the model "
             "in {}: {:.1f} ms)",
             p.launch_us, chain_us, to_string(c.dtype), model_ms);
@@ -333,10 +366,10 @@ std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile
     p.collective_latency_us = f.latency_us;
     p.comm_overlap = f.overlap;
   }
-  p.storage_gbps = measure_storage_gbps(c.out_dir, rt.rank());
-  p.host_copy_gbps = measure_snapshot_copy_gbps(torch::Device(torch::kCPU));
-  p.d2h_gbps = dev.is_cuda() ? measure_snapshot_copy_gbps(dev) : 0.0;
-  {
+  if (full) {
+    p.storage_gbps = measure_storage_gbps(c.out_dir, rt.rank());
+    p.host_copy_gbps = measure_snapshot_copy_gbps(torch::Device(torch::kCPU));
+    p.d2h_gbps = dev.is_cuda() ? measure_snapshot_copy_gbps(dev) : 0.0;
     TokenLoader loader(LoaderOptions::from_config(c), rt, Split::train, dev, /*stream=*/0);
     p.data_batch_us = time_call([&] { (void)loader.next(); }, 10, dev) * 1e6;
   }

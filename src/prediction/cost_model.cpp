@@ -74,12 +74,53 @@ LossTraffic loss_traffic(const ModelConfig& m, ComputeDtype dtype) {
   return {cast + 16.0 + (sixteen ? 8.0 + cast : 0.0), 0.0};
 }
 
+// The share of an SM-parallel kernel's peak that a grid of `blocks` equal thread
+// blocks reaches: they run in waves of one per SM, and the SMs idle in the last
+// wave are lost (wave quantization: NVIDIA, "Matrix Multiplication Background
+// User's Guide", docs.nvidia.com/deeplearning/performance). 1 where the profile
+// has no SM count (a CPU).
+double wave_efficiency(const DeviceProfile& p, double blocks) {
+  if (p.sm_count <= 0 || blocks <= 0) return 1.0;
+  const double waves = std::ceil(blocks / p.sm_count);
+  return blocks / (waves * p.sm_count);
+}
+
+}  // namespace
+
+// A GEMM's share of the profile's large-GEMM rate at its shape (M x N output):
+// the tiles padded past M and N compute nothing (tile quantization), the last
+// wave of tiles leaves SMs idle (wave quantization). The large-GEMM rate is a
+// share of the device's best-shape rate (MAMF), so a shape that tiles and waves
+// perfectly runs at it. 1 on profiles without tiles (CPUs: their calibrated
+// per-shape rates carry the shape).
+double gemm_shape_efficiency(const DeviceProfile& p, int64_t m, int64_t n) {
+  if (p.gemm_tile_m <= 0 || p.gemm_tile_n <= 0) return 1.0;
+  const double tm = std::ceil(static_cast<double>(m) / p.gemm_tile_m),
+               tn = std::ceil(static_cast<double>(n) / p.gemm_tile_n);
+  const double tiles = tm * tn;
+  const double useful = static_cast<double>(m) * static_cast<double>(n) / (tiles * p.gemm_tile_m * p.gemm_tile_n);
+  return useful * wave_efficiency(p, tiles);
+}
+
+// A fused causal attention kernel's executed FLOPs over the causal half
+// (2·B·H·T²·Q forward): the diagonal blocks of attention_tile x attention_tile
+// are computed whole, T/tile of them per head, each half wasted: 1 + tile / T.
+// Its grid: B·H·ceil(T / tile) blocks of query rows, in waves over the SMs.
+double attention_shape_efficiency(const DeviceProfile& p, int64_t batch, int64_t heads, int64_t seq_len) {
+  if (p.attention_tile <= 0) return 1.0;
+  const double T = static_cast<double>(seq_len), tile = p.attention_tile;
+  const double diagonal = 1.0 / (1.0 + std::min(tile, T) / T);
+  return diagonal * wave_efficiency(p, static_cast<double>(batch * heads) * std::ceil(T / tile));
+}
+
+namespace {
+
 // One GEMM (M x N x K) on the profile: the calibrated rate at this shape when
-// there is one, else the profile's large-GEMM rate; never faster than reading
-// its operands and writing its result.
+// there is one, else the profile's large-GEMM rate times the shape's efficiency;
+// never faster than reading its operands and writing its result.
 double gemm_seconds(const DeviceProfile& p, int64_t m, int64_t n, int64_t k, bool sixteen) {
   const double flops = 2.0 * static_cast<double>(m) * n * k;
-  double rate = p.matmul_tflops(sixteen);
+  double rate = p.matmul_tflops(sixteen) * gemm_shape_efficiency(p, m, n);
   if (auto it = p.gemm_tflops.find(gemm_key(m, n, k, sixteen)); it != p.gemm_tflops.end()) rate = it->second;
   const double e = sixteen ? 2.0 : 4.0;
   const double bytes = e * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
@@ -237,8 +278,15 @@ ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
     c.fwd_attn = s.L * (mm + kManualScorePasses * scores / (p.memory_gbps * 1e9));
     c.bwd_attn = s.L * (2.0 * mm + kManualScorePasses * scores / (p.memory_gbps * 1e9));
   } else {
+    // The calibrated rate at this (T, head dim) when the profile has one (it
+    // holds what the kernel reached, shape effects included); else the
+    // profile's rate times the shape's efficiency (causal diagonal blocks, waves).
     double rate = p.attention_tflops(sixteen);
     if (rate <= 0) rate = p.matmul_tflops(sixteen);
+    rate *= attention_shape_efficiency(p, r.batch_size, m.n_head, m.block_size);
+    if (auto it = p.attention_by_shape_tflops.find(attention_key(m.block_size, m.head_dim, sixteen));
+        it != p.attention_by_shape_tflops.end())
+      rate = it->second;
     c.fwd_attn = s.L * (attn_full / 2.0) / (rate * 1e12);
     c.bwd_attn = kFlashBackwardFactor * c.fwd_attn;
   }
@@ -442,6 +490,7 @@ StepPrediction predict_step(const RunShape& r, const WorldLayout& w, const Devic
       if (e.model == p.model && e.math == math)
         out.mfu_percent = 100.0 * r.model.flops_per_token() * out.tokens_per_s / (e.tflops * 1e12 * w.world_size);
   }
+  out.confidence = prediction_confidence(r.model, is16(r.dtype), w.world_size, p, out.mfu_percent.value_or(0.0));
   return out;
 }
 
@@ -467,6 +516,7 @@ std::string format_prediction(const StepPrediction& p, const WorldLayout& w) {
   for (const auto& c : p.collectives)
     s += fmt::format("    {}: {:.4g} MB, {:.4g} ms, {:.4g} ms exposed\n", c.what, c.bytes / 1e6, ms(c.seconds),
                      ms(c.exposed_s));
+  if (const std::string conf = format_confidence(p.confidence); !conf.empty()) s += "  how sure: " + conf + "\n";
   s.pop_back();
   return s;
 }
@@ -499,6 +549,11 @@ nlohmann::json prediction_json(const StepPrediction& p) {
             {"collectives", collectives}}}};
   // Absent, never null, where the device has no dense peak (a CPU profile).
   if (p.mfu_percent) j["mfu"] = *p.mfu_percent;
+  if (p.confidence.have_range) {
+    j["mfu_range"] = {p.confidence.mfu_lo, p.confidence.mfu_hi};
+    j["checked_on"] = p.confidence.checked_on;
+  }
+  j["outside_checked"] = p.confidence.outside;
   return j;
 }
 

@@ -72,6 +72,10 @@ std::optional<DeviceProfile> run_device_profile(const Config& c, const std::stri
   return std::nullopt;
 }
 
+bool calibrates_by_default(const Config& c, const std::string& device_name) {
+  return c.device_profile.empty() && device_name.rfind("cpu", 0) == 0 && c.max_iters >= kSelfCalibrateMinIters;
+}
+
 std::string slow_step_message(const StepPrediction& p, double measured_ms,
                               const std::array<double, kNumPhases>& phase_ms, double other_ms) {
   const auto pred = predicted_phases(p);

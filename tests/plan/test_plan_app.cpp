@@ -81,6 +81,29 @@ TEST(PlanApp, RunLogAddsTimes) {
   EXPECT_NEAR(j[0]["gpu_hours"].get<double>(), 8 * j[0]["hours"].get<double>(), 1e-6);
 }
 
+// --device: the predicted MFU of each row with the range the published-run
+// check supports (prediction/validation.hpp), and what of a row was not checked.
+TEST(PlanApp, DeviceAddsPredictedMfuWithItsCheckedRange) {
+  const auto j =
+      plan_json("--config " + src("inputs/full_llama_1.36b.cfg") + " --tokens 2.6e10 --device a100_sxm_80gb --gpus 8");
+  ASSERT_EQ(j.size(), 1u);
+  const double mfu = j[0]["predicted_mfu"].get<double>();
+  ASSERT_TRUE(j[0].contains("predicted_mfu_range")) << j[0].dump();
+  const double lo = j[0]["predicted_mfu_range"][0].get<double>(), hi = j[0]["predicted_mfu_range"][1].get<double>();
+  EXPECT_LT(lo, hi);
+  EXPECT_GT(mfu, 10.0);
+  EXPECT_LT(mfu, 80.0);
+  EXPECT_TRUE(j[0]["outside_checked"].empty()) << j[0]["outside_checked"].dump();  // 1.29B, T 2048, 8 GPUs, bf16
+  auto r = run_command(plan_bin() + " --config " + src("inputs/full_llama_1.36b.cfg") +
+                       " --tokens 2.6e10 --device a100_sxm_80gb --gpus 8");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("{:.0f}-{:.0f}%", lo, hi)), std::string::npos) << r.out;
+  // One GPU and a device no published run covered: said per row.
+  r = run_command(plan_bin() + " --config " + src("inputs/full_llama_1.36b.cfg") + " --tokens 2.6e10 --device b200 --gpus 1");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("outside the checked: device 'B200'"), std::string::npos) << r.out;
+}
+
 TEST(PlanApp, BadInputIsOneLine) {
   // A run log whose training ended without an evaluation.
   const auto dir = fs::path(llmtrain::testing::build_dir()) / "test-scratch" / "plan_app";

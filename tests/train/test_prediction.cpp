@@ -6,17 +6,22 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <tuple>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "distributed/bucket_layout.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/prediction/cost_model.hpp"
+#include "llmtrain/prediction/validation.hpp"
 #include "llmtrain/record/prediction_check.hpp"
 #include "published_runs.hpp"
 
@@ -81,9 +86,18 @@ TEST(CostModel, PhasesRespondToTheirInputs) {
   EXPECT_GT(*base.mfu_percent, 5.0);
   EXPECT_LT(*base.mfu_percent, 100.0);
   // Twice the batch: the GEMMs, attention and activation traffic double; the
-  // per-micro-batch weight casts, gradient copies and launches do not.
+  // per-micro-batch weight casts, gradient copies and launches do not. Without
+  // the tile terms the GEMMs take twice as long; with them less than that: at
+  // 8 x 1024 tokens a 768-wide output is 43 x 4 tiles, 2 waves of 132 SMs 65%
+  // full, at 16 x 1024 86 x 4 tiles, 3 waves 87% full.
   const auto twice = predict_step(run(m, ComputeDtype::bfloat16, 16, StrategyKind::ddp), one, h100);
-  EXPECT_NEAR(twice.matmul_s / base.matmul_s, 2.0, 0.15);  // less a launch per GEMM
+  auto untiled = h100;
+  untiled.gemm_tile_m = untiled.gemm_tile_n = 0;
+  EXPECT_NEAR(predict_step(run(m, ComputeDtype::bfloat16, 16, StrategyKind::ddp), one, untiled).matmul_s /
+                  predict_step(run(m, ComputeDtype::bfloat16, 8, StrategyKind::ddp), one, untiled).matmul_s,
+              2.0, 0.15);  // less a launch per GEMM
+  EXPECT_GT(twice.matmul_s / base.matmul_s, 1.6);
+  EXPECT_LT(twice.matmul_s / base.matmul_s, 1.9);
   EXPECT_GT(twice.forward_backward_s() / base.forward_backward_s(), 1.6);
   EXPECT_LT(twice.forward_backward_s() / base.forward_backward_s(), 2.0);
   // fp32 runs on TF32, half the bf16 rate: slower.
@@ -257,33 +271,223 @@ TEST(PredictionCheck, WarnsOnceAfterWarmupNamingThePhaseThatGrew) {
   EXPECT_DOUBLE_EQ(s["prediction"]["phases"]["communication_ms"]["measured_ms"].get<double>(), 1200.0);
 }
 
-// docs/performance-model.md, "Validation against published GPU runs": one set
-// of device constants (the built-in profiles; the runs of llm-foundry's Triton
-// attention kernel at its published speed against FlashAttention-2), no per-run
-// fitting. The targets: median |error| <= 15% and none beyond 30%.
-TEST(PublishedRuns, PredictedThroughputAgainstPublished) {
-  std::vector<double> all;
-  for (const auto& r : published::runs()) {
-    RunShape s;
-    s.model = published::model_of(r);
-    s.dtype = ComputeDtype::bfloat16;
-    s.batch_size = r.micro_batch;
-    s.grad_accum = r.grad_accum;
-    s.strategy = StrategyKind::fsdp;
-    s.gather_bytes = 2.0;  // these frameworks gather bf16 parameters (FSDP mixed precision), reduce in fp32
-    s.elementwise = ElementwiseKernels::fused;  // their norms, RoPE and activations are fused kernels
-    const auto p = predict_step(s, {r.gpus, r.gpus_per_node}, published::profile_of(r));
-    const double err = p.tokens_per_s / r.gpus / r.tokens_per_s_per_gpu - 1.0;
-    std::printf("%-28s published %8.0f tok/s/GPU, predicted %8.0f (%+5.1f%%), MFU %.1f%% vs %.1f%%\n",
-                r.name.c_str(), r.tokens_per_s_per_gpu, p.tokens_per_s / r.gpus, 100 * err, *p.mfu_percent,
-                r.mfu_percent);
-    all.push_back(std::fabs(err));
+// docs/performance-model.md, "Validation against published GPU runs". Every
+// published run predicted with the built-in profiles (one set of constants; the
+// runs of llm-foundry's Triton attention kernel at its fitted speed against
+// FlashAttention-2, published_runs.hpp). Error = predicted / published MFU - 1
+// (= the tokens/s ratio: one FLOP count per token for both).
+namespace {
+
+struct Scale {
+  double gemm = 1.0, triton = published::kTritonFlashAttn1Slowdown, memory = 1.0;
+};
+
+StepPrediction predict_published(const published::Run& r, const Scale& k = {}) {
+  RunShape s;
+  s.model = published::model_of(r);
+  s.dtype = ComputeDtype::bfloat16;
+  s.batch_size = r.micro_batch;
+  s.grad_accum = r.grad_accum;
+  s.strategy = StrategyKind::fsdp;
+  s.gather_bytes = 2.0;  // these frameworks gather bf16 parameters (FSDP mixed precision), reduce in fp32
+  s.elementwise = ElementwiseKernels::fused;  // their norms, RoPE and activations are fused kernels
+  DeviceProfile p = load_device_profile(r.device);
+  p.matmul_tflops_16bit *= k.gemm;
+  p.matmul_tflops_fp32 *= k.gemm;
+  p.memory_gbps *= k.memory;
+  if (r.attention == published::AttentionKernel::triton_flash_attn_1) {
+    p.attention_tflops_16bit /= k.triton;
+    p.attention_tflops_fp32 /= k.triton;
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+  return predict_step(s, {r.gpus, r.gpus_per_node}, p);
+}
+
+double error_of(const published::Run& r, const StepPrediction& p) {
+  return p.tokens_per_s / static_cast<double>(r.gpus) / r.tokens_per_s_per_gpu - 1.0;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+struct SetErrors {
+  std::vector<double> abs;
+  double median() const { return median_of(abs); }
+  double worst() const { return abs.empty() ? 0.0 : *std::max_element(abs.begin(), abs.end()); }
+};
+
+}  // namespace
+
+// How the fitted constants were chosen (run by hand; prints, asserts nothing):
+//   test_metrics --gtest_also_run_disabled_tests --gtest_filter='*FitOnTheFittingSet'
+// A grid over the GEMM share (a factor on the built-in large-GEMM rate), the
+// Triton kernel's slowdown against FlashAttention-2 (within the published
+// 1.3-2.5x) and the element-wise bandwidth share (a factor on the built-in),
+// scored on the fitting set only by its mean |log(predicted / published)|. With
+// the built-in constants at the fit, it prints factors of 1 and the slowdown
+// of published_runs.hpp.
+TEST(PublishedRuns, DISABLED_FitOnTheFittingSet) {
+  double best = 1e300;
+  Scale arg;
+  for (double g = 0.70; g <= 1.301; g += 0.02)
+    for (double t = 1.3; t <= 2.501; t += 0.05)
+      for (double m = 0.70; m <= 1.301; m += 0.1) {
+        const Scale k{g, t, m};
+        double score = 0;
+        int n = 0;
+        for (const auto& r : published::runs())
+          if (r.set == published::Set::fit) score += std::fabs(std::log1p(error_of(r, predict_published(r, k)))), ++n;
+        score /= n;
+        if (score < best) best = score, arg = k;
+      }
+  std::printf("best on the fitting set: gemm x%.2f, triton slowdown %.2f, memory x%.1f (mean |log ratio| %.4f)\n",
+              arg.gemm, arg.triton, arg.memory, best);
+}
+
+// The targets on the checking set (runs the constants were not fitted
+// on): median |MFU error| <= 10%, worst <= 25%; and the trends: along each
+// sequence-length sweep (one model on one GPU) the predicted MFU moves the way
+// the published one does from the shortest to the longest sequence, and at
+// sequence 2048 on 8 GPUs it moves with model size as the published one does
+// between the smallest and the largest model of each GPU's checking set.
+TEST(PublishedRuns, PredictedMfuAgainstPublished) {
+  SetErrors fit, check;
+  struct Region {
+    double lo = 1e300, hi = -1e300, params_lo = 1e300, params_hi = 0;
+    int64_t seq_lo = INT64_MAX, seq_hi = 0, gpus_lo = INT64_MAX, gpus_hi = 0;
   };
-  ASSERT_GE(all.size(), 6u);
-  EXPECT_LE(median(all), 0.15);
-  EXPECT_LE(*std::max_element(all.begin(), all.end()), 0.30);
+  std::map<std::string, Region> regions;  // device model -> what the checking set covered
+  std::map<std::string, std::pair<int, int>> sign;  // family -> (optimistic, pessimistic) on the checking set
+  std::map<std::string, std::vector<std::tuple<int64_t, double, double>>> sweeps;  // family+size -> (T, pub, pred)
+  std::map<std::string, std::vector<std::tuple<double, double, double>>> sizes;    // family -> (params, pub, pred)
+  std::printf("%-36s %-5s %8s %8s %8s %7s\n", "run", "set", "tok/s", "pred", "MFU pub", "error");
+  for (const auto& r : published::runs()) {
+    const auto p = predict_published(r);
+    const double err = error_of(r, p);
+    const double pred_mfu = r.mfu_percent * (1.0 + err);
+    const bool is_fit = r.set == published::Set::fit;
+    std::printf("%-36s %-5s %8.0f %8.0f %7.2f%% %+6.1f%%\n", r.name.c_str(), is_fit ? "fit" : "check",
+                r.tokens_per_s_per_gpu, p.tokens_per_s / r.gpus, r.mfu_percent, 100 * err);
+    (is_fit ? fit : check).abs.push_back(std::fabs(err));
+    if (is_fit) continue;
+    (err > 0 ? sign[r.family].first : sign[r.family].second)++;
+    Region& g = regions[load_device_profile(r.device).model];
+    const double n = static_cast<double>(published::model_of(r).num_params());
+    g.lo = std::min(g.lo, err), g.hi = std::max(g.hi, err);
+    g.params_lo = std::min(g.params_lo, n), g.params_hi = std::max(g.params_hi, n);
+    g.seq_lo = std::min(g.seq_lo, r.seq_len), g.seq_hi = std::max(g.seq_hi, r.seq_len);
+    g.gpus_lo = std::min(g.gpus_lo, r.gpus), g.gpus_hi = std::max(g.gpus_hi, r.gpus);
+    if (r.gpus == 8) sweeps[r.family + " " + r.size].emplace_back(r.seq_len, r.mfu_percent, pred_mfu);
+    if (r.gpus == 8 && r.seq_len == 2048)
+      sizes[r.family].emplace_back(static_cast<double>(published::model_of(r).num_params()), r.mfu_percent, pred_mfu);
+  }
+  std::printf("fitting set:  %zu runs, median |error| %.1f%%, worst %.1f%%\n", fit.abs.size(), 100 * fit.median(),
+              100 * fit.worst());
+  std::printf("checking set: %zu runs, median |error| %.1f%%, worst %.1f%%\n", check.abs.size(),
+              100 * check.median(), 100 * check.worst());
+  for (const auto& [family, n] : sign)
+    std::printf("  %s (checking set): %d optimistic, %d pessimistic\n", family.c_str(), n.first, n.second);
+  // prediction/validation.cpp's table (what --describe and llmtrain-plan print)
+  // is this checking set's: same devices, error range to 0.5 points, coverage.
+  ASSERT_EQ(regions.size(), validated_regions().size());
+  for (const auto& v : validated_regions()) {
+    ASSERT_TRUE(regions.count(v.device_model)) << v.device_model;
+    const Region& g = regions.at(v.device_model);
+    std::printf("  %s checking set: error %+.1f%% .. %+.1f%%, T %ld-%ld, %.3g-%.3g parameters, %ld-%ld GPUs\n",
+                v.device_model, 100 * g.lo, 100 * g.hi, static_cast<long>(g.seq_lo), static_cast<long>(g.seq_hi),
+                g.params_lo, g.params_hi, static_cast<long>(g.gpus_lo), static_cast<long>(g.gpus_hi));
+    EXPECT_NEAR(v.min_error, g.lo, 0.005) << v.device_model;
+    EXPECT_NEAR(v.max_error, g.hi, 0.005) << v.device_model;
+    EXPECT_EQ(v.min_seq, g.seq_lo) << v.device_model;
+    EXPECT_EQ(v.max_seq, g.seq_hi) << v.device_model;
+    EXPECT_NEAR(v.min_params / g.params_lo, 1.0, 0.05) << v.device_model;
+    EXPECT_NEAR(v.max_params / g.params_hi, 1.0, 0.05) << v.device_model;
+    EXPECT_EQ(v.min_gpus, g.gpus_lo) << v.device_model;
+    EXPECT_EQ(v.max_gpus, g.gpus_hi) << v.device_model;
+  }
+  ASSERT_GE(check.abs.size(), 10u);
+  ASSERT_GE(fit.abs.size(), 10u);
+  EXPECT_LE(check.median(), 0.10);
+  EXPECT_LE(check.worst(), 0.25);
+  int trends = 0;
+  for (auto& [name, v] : sweeps) {
+    if (v.size() < 3) continue;
+    std::sort(v.begin(), v.end());
+    const double pub = std::get<1>(v.back()) - std::get<1>(v.front()), pred = std::get<2>(v.back()) - std::get<2>(v.front());
+    std::printf("  sequence trend %s: T %ld -> %ld, published MFU %+.1f points, predicted %+.1f\n", name.c_str(),
+                static_cast<long>(std::get<0>(v.front())), static_cast<long>(std::get<0>(v.back())), pub, pred);
+    EXPECT_GT(pub * pred, 0) << name << ": the predicted MFU moves against the published one with sequence length";
+    ++trends;
+  }
+  EXPECT_GE(trends, 2);
+  for (auto& [family, v] : sizes) {
+    if (v.size() < 2) continue;
+    std::sort(v.begin(), v.end());
+    const double pub = std::get<1>(v.back()) - std::get<1>(v.front()), pred = std::get<2>(v.back()) - std::get<2>(v.front());
+    std::printf("  size trend %s: %.2gB -> %.2gB parameters, published MFU %+.1f points, predicted %+.1f\n",
+                family.c_str(), std::get<0>(v.front()) / 1e9, std::get<0>(v.back()) / 1e9, pub, pred);
+    EXPECT_GT(pub * pred, 0) << family << ": the predicted MFU moves against the published one with model size";
+  }
+}
+
+// The planner's and --describe's "how sure": the MFU range the checking set
+// supports for the GPU generation, and the shape's ways outside what was checked.
+TEST(PredictionConfidence, RangeFromTheCheckingSetAndWhatWasNotChecked) {
+  const auto h100 = load_device_profile("h100_sxm");
+  const ModelConfig m = llama(24, 2048, 16, 4096, 50304);  // ~1.3B, T 4096: inside the H100 checking set
+  const auto in = predict_step(run(m, ComputeDtype::bfloat16, 4, StrategyKind::fsdp), {8, 8}, h100);
+  ASSERT_TRUE(in.mfu_percent.has_value());
+  ASSERT_TRUE(in.confidence.have_range);
+  const ValidatedRegion& r = validated_regions()[0];
+  ASSERT_STREQ(r.device_model, "H100 SXM");
+  EXPECT_NEAR(in.confidence.mfu_lo, *in.mfu_percent / (1 + r.max_error), 1e-9);
+  EXPECT_NEAR(in.confidence.mfu_hi, *in.mfu_percent / (1 + r.min_error), 1e-9);
+  EXPECT_LT(in.confidence.mfu_lo, in.confidence.mfu_hi);
+  EXPECT_TRUE(in.confidence.outside.empty()) << format_confidence(in.confidence);
+  const std::string text = format_prediction(in, {8, 8});
+  EXPECT_NE(text.find(fmt::format("how sure: MFU {:.0f}-{:.0f}%", in.confidence.mfu_lo, in.confidence.mfu_hi)),
+            std::string::npos)
+      << text;
+  const auto j = prediction_json(in);
+  EXPECT_DOUBLE_EQ(j["mfu_range"][0].get<double>(), in.confidence.mfu_lo);
+  // A sequence longer than any checked, one GPU, fp32: each named.
+  ModelConfig longer = m;
+  longer.block_size = 131072;
+  const auto out = predict_step(run(longer, ComputeDtype::float32, 1, StrategyKind::ddp), {1, 1}, h100);
+  const std::string why = format_confidence(out.confidence);
+  EXPECT_NE(why.find("sequence length 131072 (checked 512-32768)"), std::string::npos) << why;
+  EXPECT_NE(why.find("1 GPU(s)"), std::string::npos) << why;
+  EXPECT_NE(why.find("fp32"), std::string::npos) << why;
+  // A GPU the published runs did not cover, and a CPU: no range, the device named.
+  const auto l40s = predict_step(run(m, ComputeDtype::bfloat16, 4, StrategyKind::fsdp), {8, 8},
+                                 load_device_profile("l40s"));
+  EXPECT_FALSE(l40s.confidence.have_range);
+  EXPECT_NE(format_confidence(l40s.confidence).find("device 'L40S'"), std::string::npos);
+  const auto cpu = predict_step(run(m, ComputeDtype::float32, 1, StrategyKind::ddp), {1, 1},
+                                load_device_profile("cpu_dev"));
+  EXPECT_FALSE(cpu.confidence.have_range);
+  EXPECT_FALSE(prediction_json(cpu).contains("mfu_range"));
+}
+
+// The shape terms: a GEMM whose output fills every SM's tiles runs at the
+// large-GEMM rate, a skinny one (few tiles, a partial tile) far below; a
+// causal attention kernel loses its diagonal blocks' masked half, most at short
+// sequences; a CPU profile has no such terms.
+TEST(CostModel, EfficiencyByShape) {
+  const auto h100 = load_device_profile("h100_sxm");
+  EXPECT_DOUBLE_EQ(gemm_shape_efficiency(h100, 192 * 132, 192), 1.0);        // one full wave of whole tiles
+  EXPECT_NEAR(gemm_shape_efficiency(h100, 192 * 133, 192), 133.0 / 264.0, 1e-12);  // a second wave of one tile
+  EXPECT_LT(gemm_shape_efficiency(h100, 64, 64), 0.001);                       // one SM, a ninth of its tile
+  EXPECT_GT(gemm_shape_efficiency(h100, 16384, 2048), 0.85);                   // 86 x 11 tiles: 8 waves, 7.2 full
+  EXPECT_DOUBLE_EQ(gemm_shape_efficiency(load_device_profile("cpu_dev"), 64, 64), 1.0);
+  // 33 x 16 heads x 4 query blocks = 16 full waves of 132 SMs: only the diagonal's loss.
+  const double at512 = attention_shape_efficiency(h100, 33, 16, 512), at8k = attention_shape_efficiency(h100, 4, 16, 8192);
+  EXPECT_NEAR(at512, 1.0 / (1.0 + 128.0 / 512.0), 1e-12);
+  EXPECT_GT(at8k, at512);
+  // The step follows: a skinny model's GEMMs take longer with the tile terms than at the large-GEMM rate.
+  RunShape skinny = run(llama(1, 128, 1, 4096, 128), ComputeDtype::bfloat16, 1, StrategyKind::ddp);
+  auto no_tiles = h100;
+  no_tiles.gemm_tile_m = no_tiles.gemm_tile_n = 0;
+  EXPECT_GT(predict_step(skinny, {1, 1}, h100).matmul_s, predict_step(skinny, {1, 1}, no_tiles).matmul_s);
 }

@@ -65,6 +65,11 @@ struct Candidate {
   double loss = 0;                   // expected final loss
   double tokens_per_param = 0;       // D / N
   std::optional<double> hours, gpu_hours;  // at a measured speed (plan_apply_speed)
+  // With a device profile (plan_apply_prediction): the predicted MFU (percent),
+  // the range the published-run validation supports for it, and what of this
+  // shape lies outside what the model was checked on (prediction/validation.hpp).
+  std::optional<double> mfu, mfu_lo, mfu_hi;
+  std::vector<std::string> unchecked;
   // Bytes per GPU under the config's strategy (use_fsdp / use_zero1 / DDP), by the
   // memory model of --describe (plan_apply_memory).
   std::string memory_strategy;

@@ -17,8 +17,18 @@ namespace llmtrain {
 struct Config;
 class Runtime;
 
+// What a calibration measures. full: all of the above (llmtrain --calibrate,
+// device_profile=calibrate). step: only what this run's step costs, briefly
+// (about 10 ms per timed repetition instead of 50): GEMMs and attention in the
+// run's dtype, bandwidth, the per-operator fit, the collectives; checkpoint
+// storage, snapshot copies and the loader keep the built-in profile's figures.
+// A CPU run without device_profile uses it (calibrates_by_default,
+// record/prediction_check.hpp): a CPU's speed is the load beside it.
+enum class CalibrationScope { full, step };
+
 // Collective: every rank calls it. Rank 0 writes out_dir/device_profile.json
 // and returns its path (other ranks: empty).
-std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile* measured = nullptr);
+std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile* measured = nullptr,
+                                     CalibrationScope scope = CalibrationScope::full);
 
 }  // namespace llmtrain

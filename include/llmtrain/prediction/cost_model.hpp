@@ -14,6 +14,7 @@
 
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/prediction/device_profile.hpp"
+#include "llmtrain/prediction/validation.hpp"  // defines: PredictionConfidence
 
 namespace llmtrain {
 
@@ -84,6 +85,9 @@ struct StepPrediction {
   double tokens_per_iter = 0;
   double tokens_per_s = 0;
   std::optional<double> mfu_percent;  // against the device table's dense peak; nullopt for a CPU
+  // The MFU range the published-run validation supports, and what of this run's
+  // shape it did not cover (prediction/validation.hpp).
+  PredictionConfidence confidence;
   double forward_backward_s() const { return forward_s + backward_s; }
 };
 
@@ -108,5 +112,12 @@ struct GemmShape {
   int64_t count = 0;  // per micro-batch
 };
 std::vector<GemmShape> forward_gemms(const ModelConfig& m, int64_t batch_size);
+
+// The shape terms of a GPU profile (docs/performance-model.md, "Efficiency by
+// shape"): a GEMM's share of the large-GEMM rate at an M x N output (tile and
+// wave quantization), and a fused causal attention kernel's share of its rate at
+// (batch, heads, T) (diagonal blocks computed whole, waves). 1 on a CPU profile.
+double gemm_shape_efficiency(const DeviceProfile& p, int64_t m, int64_t n);
+double attention_shape_efficiency(const DeviceProfile& p, int64_t batch, int64_t heads, int64_t seq_len);
 
 }  // namespace llmtrain

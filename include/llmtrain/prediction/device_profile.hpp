@@ -39,8 +39,17 @@ struct DeviceProfile {
   // Fraction of a collective that can run while the device computes (1 on GPUs:
   // NCCL has its own stream; on a CPU the ranks' MPI shares the cores).
   double comm_overlap = 1.0;
+  // How a GPU's rate depends on a kernel's shape (0: not modelled, a CPU). A GEMM's
+  // result is cut into gemm_tile_m x gemm_tile_n tiles run in waves of one tile per
+  // SM: the padding of the last tile row and column and the idle SMs of the last
+  // wave are lost (tile and wave quantization). A fused causal attention kernel
+  // computes the diagonal blocks of attention_tile x attention_tile whole.
+  double sm_count = 0, gemm_tile_m = 0, gemm_tile_n = 0, attention_tile = 0;
   // Calibrated GEMM rates at the model's own shapes: "MxNxK:bf16" -> TFLOP/s.
   std::map<std::string, double> gemm_tflops;
+  // Calibrated fused-attention rates at the model's own (T, head dim): "T2048xD128:bf16"
+  // -> TFLOP/s counted as executed (the causal half).
+  std::map<std::string, double> attention_by_shape_tflops;
 
   double matmul_tflops(bool sixteen_bit) const { return sixteen_bit ? matmul_tflops_16bit : matmul_tflops_fp32; }
   double attention_tflops(bool sixteen_bit) const {
@@ -50,6 +59,9 @@ struct DeviceProfile {
 
 // Key of gemm_tflops: "4096x768x2304:bf16" (M x N x K).
 std::string gemm_key(int64_t m, int64_t n, int64_t k, bool sixteen_bit);
+
+// Key of attention_by_shape_tflops: "T2048xD128:bf16".
+std::string attention_key(int64_t seq_len, int64_t head_dim, bool sixteen_bit);
 
 // Built-in profiles: h100_sxm, h100_pcie, h200, b200, a100_sxm_80gb, rtx_a6000,
 // l40s, cpu_dev.

@@ -25,6 +25,18 @@ inline constexpr const char* kCalibrateProfile = "calibrate";
 // the key, the value and what is allowed.
 std::optional<DeviceProfile> run_device_profile(const Config& c, const std::string& device_name, std::string* why);
 
+// Whether a CPU run of at least kSelfCalibrateMinIters iterations with no
+// device_profile is to measure the rates of its own step before its first one
+// (calibrate.hpp, CalibrationScope::step; a few seconds; the switch in
+// record/run_record.cpp is not on yet: docs/performance-model.md, "A CPU run
+// calibrates its own step"): a CPU's speed depends on the load
+// beside it and on the threads per rank, which no built-in profile knows (the
+// quick start's 2-core machine ran 12x faster than the built-in cpu_dev said,
+// docs/performance-model.md). Shorter runs keep the built-in profile: a few
+// seconds would be a large share of them and their warning never arms.
+constexpr int64_t kSelfCalibrateMinIters = 100;
+bool calibrates_by_default(const Config& c, const std::string& device_name);
+
 // Steps slower than this factor of the prediction, after warm-up, warn once.
 constexpr double kSlowStepFactor = 1.25;
 
