@@ -14,6 +14,7 @@
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/distributed/sharding_plan.hpp"
+#include "llmtrain/prediction/memory_model.hpp"  // defines: estimate_memory (against the built tiny models)
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/model/transformer.hpp"
