@@ -111,6 +111,12 @@ function(llmtrain_add_area area)
     target_link_libraries(${_name} PRIVATE llmtrain_${_i}_internals)
   endforeach()
   target_compile_options(${_name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+  if(LLMTRAIN_WITH_CUDA)
+    # The .cu sources' architectures are the -gencode flags LibTorch's config puts in
+    # CMAKE_CUDA_FLAGS (LLMTRAIN_CUDA_ARCH_LIST); CMake adds none of its own (a
+    # re-configure otherwise stops: "CUDA_ARCHITECTURES is empty").
+    set_target_properties(${_name} PROPERTIES CUDA_ARCHITECTURES OFF)
+  endif()
   # One precompiled header for the whole library (LibTorch, fmt, nlohmann/json):
   # made once for llmtrain_core, reused by every other area (same flags and
   # definitions: they all come from llmtrain_core).
