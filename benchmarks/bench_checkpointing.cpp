@@ -23,7 +23,7 @@
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/record/device_memory.hpp"
-#include "llmtrain/train/precision.hpp"
+#include "llmtrain/model/precision.hpp"
 
 using llmtrain::ActivationCheckpointing;
 using llmtrain::ModelConfig;

@@ -165,8 +165,8 @@ def main():
         label = " ".join(link.split()[:5]) if link.startswith("netem") else f"tbf {link.split()[2]}"
         if a.predict:
             profiles["slow"] = calibrate("slow")
-        # The slow link under the fast link's profile (the seeds' scenario: a
-        # link slower than planned for): "one bucket", where nothing hides the
+        # The slow link under the fast link's profile (a run on a link slower
+        # than the one it was planned for): "one bucket", where nothing hides the
         # transfer, must warn naming exposed communication; its exposed
         # communication is also checked against the slow link's own profile.
         for overlap, mb, prof in (("one bucket", 1e6, "fast"), ("buckets", bucket_mb, "slow")):

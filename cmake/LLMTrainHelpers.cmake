@@ -1,16 +1,34 @@
 # llmtrain_add_test(NAME <name> SOURCES <files...> [NPROCS <n>] [LABELS <labels...>]
-#                   [ARGS <args...>] [TIMEOUT <s>])
-# One test executable (GoogleTest main, links llmtrain). NPROCS > 0 runs it under
+#                   [ARGS <args...>] [TIMEOUT <s>] [AREA <area>] [AREAS <areas...>])
+# One test executable (GoogleTest main). It links the area of its folder
+# (tests/<area>/ -> llmtrain_<area>; AREA names another, a folder that is no
+# area links all of `llmtrain`) and, through the test main, distributed/'s
+# Runtime: a test sees the headers of its area and of what that area links,
+# so a test of model/ that includes a train/ header does not build. AREAS adds
+# areas a test compares against on purpose (named where it is declared).
+# NPROCS > 0 runs it under
 #   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} N ${MPIEXEC_PREFLAGS} <exe> ${MPIEXEC_POSTFLAGS}
 # with Open MPI's run-as-root and oversubscribe settings and OMP_NUM_THREADS=1.
 # Several NPROCS values may be given: one CTest test per value, named <name>_np<N>.
 function(llmtrain_add_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;NPROCS;LABELS;ARGS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;TIMEOUT;AREA" "SOURCES;NPROCS;LABELS;ARGS;AREAS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 600)
   endif()
+  if(NOT T_AREA)
+    get_filename_component(T_AREA ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  endif()
+  set(_links)
+  foreach(_a IN LISTS T_AREA T_AREAS)
+    if(TARGET llmtrain_${_a})
+      list(APPEND _links llmtrain_${_a})
+    endif()
+  endforeach()
+  if(NOT TARGET llmtrain_${T_AREA})
+    set(_links llmtrain)
+  endif()
   add_executable(${T_NAME} ${T_SOURCES})
-  target_link_libraries(${T_NAME} PRIVATE llmtrain llmtrain_test_main)
+  target_link_libraries(${T_NAME} PRIVATE ${_links} llmtrain_test_main)
   if(NOT T_NPROCS)
     add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
     set(_tests ${T_NAME})

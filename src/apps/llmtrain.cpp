@@ -79,6 +79,6 @@ int main(int argc, char** argv) {
     const TrainResult r = trainer.run();
     log::info("{}", format_run_end(r, cfg));
     // Stopped by a signal after its checkpoint: jobs/common.sh requeues on this code.
-    return r.stopped_by_signal ? kRequeueExitCode : 0;
+    return r.stop_signal != 0 ? kRequeueExitCode : 0;
   });
 }

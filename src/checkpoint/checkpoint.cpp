@@ -42,6 +42,7 @@
 #include "llmtrain/data/loader.hpp"  // defines: data_mix_blend (the blend a data_mix file held)
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/record/run_log.hpp"
+#include "checkpoint/checkpoint_comm.hpp"    // defines: CheckpointComm (MPI_Comm behind the opaque handle)
 #include "checkpoint/checkpoint_ops.hpp"
 
 namespace llmtrain {
@@ -188,8 +189,9 @@ std::string Checkpointer::kept() const {
   return latest.empty() ? "there is no earlier checkpoint" : fmt::format("'{}' is kept", latest);
 }
 
-// Collective over `comm`: refuses a save that cannot fit before writing a byte.
-void Checkpointer::check_free_space(const std::string& final_path, int64_t needed, MPI_Comm comm) const {
+// Collective over `over`: refuses a save that cannot fit before writing a byte.
+void Checkpointer::check_free_space(const std::string& final_path, int64_t needed, const CheckpointComm& over) const {
+  const MPI_Comm comm = over.comm;
   std::string err;
   if (rt_.is_root()) {
     const int64_t free = free_bytes(dir_);
@@ -202,15 +204,16 @@ void Checkpointer::check_free_space(const std::string& final_path, int64_t neede
   if (!err.empty()) throw CheckpointSaveFailed(err);
 }
 
-// Collective over `comm` (the world's, or the asynchronous writer's own).
-std::string Checkpointer::write_and_publish(int64_t iteration, MPI_Comm comm,
+// Collective over `over` (the world's, or the asynchronous writer's own).
+std::string Checkpointer::write_and_publish(int64_t iteration, const CheckpointComm& over,
                                             const std::function<void(CheckpointWriter&)>& write) {
+  const MPI_Comm comm = over.comm;
   const std::string name = checkpoint_file_name(iteration);
   const fs::path final_path = fs::path(dir_) / name;
   const fs::path tmp_path = fs::path(dir_) / ("." + name + ".tmp");  // the same name on every rank
   int64_t needed = 0;
   for (const auto& part : parts_) needed += part->size_bytes();
-  check_free_space(final_path.string(), needed, comm);
+  check_free_space(final_path.string(), needed, over);
   // Every rank makes every collective call even after a failed write (the
   // writer keeps the failure), then all learn of any rank's failure together.
   std::string failure;
@@ -218,7 +221,7 @@ std::string Checkpointer::write_and_publish(int64_t iteration, MPI_Comm comm,
   std::string ballast;
   std::unique_ptr<CheckpointWriter> writer;
   try {
-    writer.reset(new CheckpointWriter(tmp_path.string(), rt_, iteration, comm));  // collective: fails on every rank
+    writer.reset(new CheckpointWriter(tmp_path.string(), rt_, iteration, over));  // collective: fails on every rank
   } catch (const Error& e) {
     throw CheckpointSaveFailed(fmt::format("checkpoint '{}' not written: {}", final_path.string(), e.what()));
   }
@@ -276,7 +279,7 @@ std::string Checkpointer::write_and_publish(int64_t iteration, MPI_Comm comm,
 std::string Checkpointer::save(int64_t iteration) {
   wait();  // one save at a time; its outcome was the caller's to read
   torch::NoGradGuard no_grad;
-  return write_and_publish(iteration, MPI_COMM_WORLD, [&](CheckpointWriter& w) {
+  return write_and_publish(iteration, CheckpointComm{MPI_COMM_WORLD}, [&](CheckpointWriter& w) {
     write_header(w);
     for (const auto& part : parts_) part->save(w);
   });
@@ -307,7 +310,8 @@ void Checkpointer::save_async(int64_t iteration) {
   a.writer = std::thread([this, &a, iteration] {
     const auto t1 = std::chrono::steady_clock::now();
     try {
-      a.result.path = write_and_publish(iteration, a.comm, [&](CheckpointWriter& w) { w.replay(a.snapshot); });
+      a.result.path =
+          write_and_publish(iteration, CheckpointComm{a.comm}, [&](CheckpointWriter& w) { w.replay(a.snapshot); });
     } catch (const std::exception& e) {
       a.result.error = e.what();
     }

@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include "core/hdf5_util.hpp"
+#include "checkpoint/checkpoint_comm.hpp"    // defines: CheckpointComm (MPI_Comm behind the opaque handle)
 #include "checkpoint/checkpoint_ops.hpp"
 #include "checkpoint/checkpoint_turns.hpp"
 #include "llmtrain/core/activity_note.hpp"  // defines: ActivityNote (what the watchdog names if a file open hangs)
@@ -408,8 +409,10 @@ void CheckpointWriter::File::write_pending(bool kill_half_way) {
 CheckpointWriter::CheckpointWriter(CheckpointOps& ops, const Runtime& rt, int64_t iteration)
     : record_(&ops), rank_(rt.rank()), world_size_(rt.world_size()), iteration_(iteration) {}
 
-CheckpointWriter::CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration, MPI_Comm comm)
+CheckpointWriter::CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration,
+                                   const CheckpointComm& over)
     : f_(std::make_unique<File>()), rank_(rt.rank()), world_size_(rt.world_size()), iteration_(iteration) {
+  const MPI_Comm comm = over.comm;
   f_->comm = comm;
   f_->local_rank = rt.local_rank();
   H5Id fapl = h5::make_mpio_fapl(comm);

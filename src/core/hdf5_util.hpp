@@ -1,5 +1,5 @@
 // Private: HDF5 handles and helpers shared by the token shards (data/) and the
-// checkpoints (train/). hdf5.h stays out of the public headers.
+// checkpoints (checkpoint/). hdf5.h stays out of the public headers.
 #pragma once
 #include <hdf5.h>
 #include <mpi.h>
@@ -11,12 +11,12 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/hdf5_mutex.hpp"
 
-// Every HDF5 call holds the one HDF5 lock (core/hdf5_mutex.hpp): H5_CHECK is
-// core/error.hpp's, made here to run the call and read HDF5's error stack
-// under the lock; H5_LOCKED(expr) evaluates an unchecked HDF5 expression
-// (predicates, sizes, closers) under it. A file that calls HDF5 includes this
-// header (tests/core/check_hdf5_lock.py checks both).
-#undef H5_CHECK
+// Every HDF5 call holds the one HDF5 lock (core/hdf5_mutex.hpp): H5_CHECK (the
+// only definition) runs the call and reads HDF5's error stack under the lock
+// (detail::check_h5, core/error.hpp, names the call, file:line and rank);
+// H5_LOCKED(expr) evaluates an unchecked HDF5 expression (predicates, sizes,
+// closers) under it. A file that calls HDF5 includes this header
+// (tests/core/check_hdf5_lock.py checks both).
 #define H5_CHECK(call) \
   ::llmtrain::detail::hdf5_locked([&] { return ::llmtrain::detail::check_h5((call), #call, __FILE__, __LINE__); })
 #define H5_LOCKED(...) ::llmtrain::detail::hdf5_locked([&] { return (__VA_ARGS__); })

@@ -1,4 +1,4 @@
-#include "distributed/bucket_layout.hpp"
+#include "llmtrain/distributed/bucket_layout.hpp"
 
 #include <cstddef>
 

@@ -1,6 +1,6 @@
 #include "distributed/grad_buckets.hpp"
 
-#include "distributed/bucket_layout.hpp"
+#include "llmtrain/distributed/bucket_layout.hpp"
 
 #include <fmt/format.h>
 

@@ -23,7 +23,7 @@
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/prediction/cost_model.hpp"
-#include "llmtrain/train/precision.hpp"  // defines: AutocastGuard, compute_dtype
+#include "llmtrain/model/precision.hpp"  // defines: AutocastGuard, compute_dtype
 
 namespace llmtrain {
 namespace {

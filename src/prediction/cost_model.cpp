@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "distributed/bucket_layout.hpp"
+#include "llmtrain/distributed/bucket_layout.hpp"
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/params.hpp"
@@ -15,7 +15,7 @@ namespace llmtrain {
 namespace {
 
 // Parameters, gradients, buckets and AdamW state are fp32 under every dtype
-// (autocast computes in bf16/fp16 with fp32 master weights: train/precision.hpp).
+// (autocast computes in bf16/fp16 with fp32 master weights: model/precision.hpp).
 constexpr double kParamBytes = 4.0;
 // Operators that touch data, per block and per forward, as model/layers.cpp
 // dispatches them (views not counted): RMSNorm is six (pow, mean, add, rsqrt,

@@ -182,7 +182,7 @@ std::string describe_model(const Config& c, const DescribeOptions& o) {
   s += fmt::format("FLOPs/token  {:.4g} GFLOP  (6N + 12*L*H*Q*T, N = {} matmul parameters, T = {})\n",
                    fl["flops_per_token"].get<double>() / 1e9, grouped(fl["matmul_parameters"]),
                    md["block_size"].get<int64_t>());
-  s += fmt::format("             {:.4g} GFLOP  (6 * all parameters, the seeds' convention)\n",
+  s += fmt::format("             {:.4g} GFLOP  (6 * all parameters, the Python system's convention)\n",
                    fl["flops_per_token_6n"].get<double>() / 1e9);
   s += fmt::format("memory per rank, GiB: dtype {}, batch_size {} x block_size {}, world size {}\n",
                    me["dtype"].get<std::string>(), me["batch_size"].get<int64_t>(), me["block_size"].get<int64_t>(),

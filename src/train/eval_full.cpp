@@ -7,7 +7,7 @@
 #include "llmtrain/data/split_tokens.hpp"
 #include "llmtrain/distributed/collectives.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/precision.hpp"
+#include "llmtrain/model/precision.hpp"
 
 namespace llmtrain {
 

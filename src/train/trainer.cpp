@@ -33,7 +33,7 @@
 #include "llmtrain/train/eval_full.hpp"     // defines: evaluate_full (eval_full=True)
 #include "llmtrain/train/memory_check.hpp"  // defines: check_memory_fits (refuse before an out-of-memory)
 #include "llmtrain/record/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
-#include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
+#include "llmtrain/model/precision.hpp"     // defines: AutocastGuard, compute_dtype
 #include "llmtrain/core/progress.hpp"      // defines: ProgressBar
 #include "llmtrain/record/run_log.hpp"       // defines: RunLog, start-up block
 #include "llmtrain/record/step_profiler.hpp"  // defines: StepProfiler (profile_steps: a trace of chosen steps)
@@ -536,7 +536,7 @@ struct Trainer::Impl {
     rt.watchdog().activity("stop-signal check (MPI allreduce on the host)");
     const int sig = rt.stop_signal_any_rank();  // all ranks stop after the same iteration
     if (!sig) return false;
-    result.stopped_by_signal = sig;
+    result.stop_signal = sig;
     result.checkpoint = checkpoints->on_stop_signal(state.iteration);
     const std::string msg = fmt::format("stopped by signal {} after iteration {} of {}; checkpoint {} (resume "
                                         "with init_from=resume)",
@@ -572,8 +572,8 @@ struct Trainer::Impl {
     s["bad_steps"] = state.bad_steps;
     if (prediction) prediction->add_to_summary(s);
     add_allocated_peaks(s);
-    s["status"] = result.stopped_by_signal ? "stopped" : "completed";
-    if (result.stopped_by_signal) s["stop_signal"] = result.stopped_by_signal;
+    s["status"] = result.stop_signal ? "stopped" : "completed";
+    if (result.stop_signal) s["stop_signal"] = result.stop_signal;
     s["data_sources"] = nlohmann::json::array();
     for (const auto& u : train_loader->source_use(state.iteration))
       s["data_sources"].push_back({{"path", u.path}, {"weight", u.weight}, {"tokens", u.tokens}, {"epochs", u.epochs}});
@@ -581,7 +581,7 @@ struct Trainer::Impl {
     run_log->flush(/*force=*/true);
     result.tokens_per_sec = summary.value("tokens_per_sec", 0.0);
     result.run_log_path = run_log->path();
-    if (!result.stopped_by_signal) export_model();  // a stopped run is not the finished model (collective under FSDP)
+    if (!result.stop_signal) export_model();  // a stopped run is not the finished model (collective under FSDP)
     rt.watchdog().idle();
     return result;
   }
@@ -648,10 +648,10 @@ std::string format_run_end(const TrainResult& r, const Config& cfg) {
   if (cfg.eval_only)
     return fmt::format("done: eval only (iteration {}): train loss {:.4f}, val loss {:.4f}{}", r.evaluated_at,
                        r.final_train_loss, r.final_val_loss, log_path);
-  if (r.iterations == 0 && !r.stopped_by_signal)
+  if (r.iterations == 0 && !r.stop_signal)
     return fmt::format("no iteration ran (max_iters={}): nothing was trained or evaluated{}", cfg.max_iters,
                        r.run_log_path.empty() ? "" : "; run log " + r.run_log_path);
-  const std::string head = r.stopped_by_signal ? fmt::format("stopped by signal {}", r.stopped_by_signal) : "done";
+  const std::string head = r.stop_signal ? fmt::format("stopped by signal {}", r.stop_signal) : "done";
   const std::string eval = r.evaluated_at < 0
                                ? fmt::format("no eval yet (eval_interval={})", cfg.eval_interval)
                                : fmt::format("final train loss {:.4f}, val loss {:.4f} (eval at iteration {})",

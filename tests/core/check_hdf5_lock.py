@@ -8,7 +8,7 @@ of C++ that calls an HDF5 function (H5Fopen(...), H5get_libversion(...)) or
 names one of HDF5's predefined types (H5T_NATIVE_*, H5T_STD_*, H5T_IEEE_*,
 H5T_C_S1: each expands to a call of H5open) must do so inside one of them,
 and the file must include src/core/hdf5_util.hpp (directly or through its own
-headers), where H5_CHECK is made to lock (core/error.hpp's alone does not).
+headers), where H5_CHECK is defined (there only: it takes the lock).
 This check names every line and file that does not. A line may opt out with a
 comment "hdf5-lock: <why the lock is held>" (none does today).
 

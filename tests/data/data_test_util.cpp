@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/hdf5_util.hpp"     // defines: H5_CHECK (under the HDF5 lock)
 #include "data/prepare_comm.hpp"
 #include "llmtrain/core/error.hpp"
 #include "test_util.hpp"

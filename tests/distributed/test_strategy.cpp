@@ -12,7 +12,7 @@
 #include "distributed/fused_adamw.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/precision.hpp"
+#include "llmtrain/model/precision.hpp"
 #include "test_util.hpp"
 
 namespace llmtrain {

@@ -12,7 +12,7 @@
 
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/transformer.hpp"
-#include "llmtrain/train/precision.hpp"
+#include "llmtrain/model/precision.hpp"
 #include "model/fused_loss.hpp"
 
 using llmtrain::model_detail::fused_linear_cross_entropy;

@@ -15,7 +15,7 @@
 #include "llmtrain/model/activations.hpp"
 #include "llmtrain/model/transformer.hpp"
 #include "llmtrain/record/device_memory.hpp"
-#include "llmtrain/train/precision.hpp"
+#include "llmtrain/model/precision.hpp"
 #include "model/layers.hpp"
 
 using llmtrain::Config;
@@ -121,7 +121,7 @@ TEST(ModelConfig, FromConfigResolvesDefaults) {
   EXPECT_THROW(ModelConfig::from_config(c, 100), llmtrain::ConfigError);
 }
 
-TEST(ModelConfig, FlopsFollowTheDesignRule) {
+TEST(ModelConfig, FlopsFollowTheMfuRule) {
   auto m = tiny_llama();
   // Matmul weights by hand: per layer q|k|v 32*(4+2*2)*8, o 32*32, MLP 3*32*96; head 100*32 (unpadded rows).
   const int64_t per_layer = 32 * 64 + 32 * 32 + 3 * 32 * 96;

@@ -1,6 +1,6 @@
-// The planner's library: the loss law against the seeds' two (N, D) pairs, the
-// search (the seeds' budget, monotone in the budget), its FLOP accounting against
-// --describe, the fit on synthetic losses, run-log readers and the bad inputs.
+// The planner's library: the loss law against the Python system's two (N, D)
+// pairs (docs/planning.md), the search (its budget, monotone in the budget),
+// its FLOP accounting against --describe, the fit on synthetic losses, run-log readers and the bad inputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -65,9 +65,9 @@ std::string write_log(const std::string& name, double params, int iters, double 
 
 // ---- the loss formula ---------------------------------------------------------------
 
-TEST(PlanLaw, ChinchillaReproducesTheSeedsLosses) {
+TEST(PlanLaw, ChinchillaReproducesThePythonSystemsLosses) {
   const ScalingLaw law = ScalingLaw::chinchilla();
-  // The presets' exact parameter counts with the seeds' token counts.
+  // The presets' exact parameter counts with the Python system's token counts.
   const auto opt = plan_evaluate(load_preset("full_llama3_1.5b_optimal"), 101.909e9, FlopAccounting::mfu, law);
   const auto chin = plan_evaluate(load_preset("full_llama3_2.2b_chinchilla"), 61.545e9, FlopAccounting::mfu, law);
   EXPECT_EQ(opt.params, 1544628224);
@@ -89,7 +89,7 @@ TEST(PlanLaw, ParseTakesFiveNumbers) {
 
 // ---- the search -----------------------------------------------------------------------
 
-TEST(PlanSearch, SeedsBudgetGivesThe18LayerPreset) {
+TEST(PlanSearch, PythonSystemsBudgetGivesThe18LayerPreset) {
   SearchOptions o;
   o.flops = 1.36e21;
   const auto r = plan_search(plan_family_config("llama3"), o);
@@ -116,7 +116,7 @@ TEST(PlanSearch, SixNAccountingPrefersDeeperShapes) {
   const Candidate& best = r.candidates.front();
   EXPECT_EQ(best.n_layer, 28);
   EXPECT_DOUBLE_EQ(best.flops_per_token, 6.0 * static_cast<double>(best.params));
-  // The seeds' 101.909B is C / (6 x all parameters) of the 30-layer shape.
+  // The Python system's 101.909B is C / (6 x all parameters) of the 30-layer shape.
   Candidate l30 = *std::find_if(r.candidates.begin(), r.candidates.end(), [](const Candidate& c) { return c.n_layer == 30; });
   EXPECT_NEAR(l30.tokens / 1e9, 101.909, 0.005);
 }

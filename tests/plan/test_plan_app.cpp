@@ -1,5 +1,5 @@
-// The llmtrain-plan binary: the seeds' example end to end through the command
-// line, --json, --write_config read back by `llmtrain --describe`, --run_log, and
+// The llmtrain-plan binary: the Python system's example (docs/planning.md) end
+// to end through the command line, --json, --write_config read back by `llmtrain --describe`, --run_log, and
 // one-line errors for bad input.
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ nlohmann::json plan_json(const std::string& args) {
 
 }  // namespace
 
-TEST(PlanApp, EvaluatesTheSeedsPairs) {
+TEST(PlanApp, EvaluatesThePythonSystemsPairs) {
   auto j = plan_json("--config " + src("inputs/full_llama3_1.5b_optimal.cfg") + " --tokens 101.909e9");
   ASSERT_EQ(j.size(), 1u);
   EXPECT_NEAR(j[0]["expected_loss"].get<double>(), 2.335, 0.002);
@@ -40,7 +40,7 @@ TEST(PlanApp, EvaluatesTheSeedsPairs) {
   EXPECT_EQ(j[0]["n_layer"].get<int64_t>(), 30);
 }
 
-TEST(PlanApp, SearchesTheSeedsBudget) {
+TEST(PlanApp, SearchesThePythonSystemsBudget) {
   const auto j = plan_json("--flops 1.36e21 --family llama3 --top 5");
   ASSERT_EQ(j.size(), 5u);
   EXPECT_EQ(j[0]["n_layer"].get<int64_t>(), 18);

@@ -26,8 +26,6 @@
 // fails on any rank (a full disk) fails on every rank together, after the same
 // collective calls, and leaves nothing behind (CheckpointSaveFailed).
 #pragma once
-#include <mpi.h>
-
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -43,6 +41,8 @@
 namespace llmtrain {
 
 class Runtime;
+// The communicator a save writes over, opaque here (src/checkpoint/checkpoint_comm.hpp).
+struct CheckpointComm;
 struct CheckpointOps;
 
 // What a part writes through. Every call is collective: every rank makes the
@@ -73,7 +73,7 @@ class CheckpointWriter {
   friend class Checkpointer;
   struct File;
   // Writes the file `path` through MPI-IO over `comm` (every rank of the run).
-  CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration, MPI_Comm comm);
+  CheckpointWriter(const std::string& path, const Runtime& rt, int64_t iteration, const CheckpointComm& over);
   // Records every call into `ops` instead, tensors copied off the device (an
   // asynchronous save's snapshot; nothing is collective then).
   CheckpointWriter(CheckpointOps& ops, const Runtime& rt, int64_t iteration);
@@ -254,7 +254,7 @@ class Checkpointer {
 
  private:
   void write_header(CheckpointWriter& w) const;
-  void check_free_space(const std::string& final_path, int64_t needed, MPI_Comm comm) const;  // collective
+  void check_free_space(const std::string& final_path, int64_t needed, const CheckpointComm& over) const;  // collective
   std::string kept() const;                                                    // "'<latest>' is kept"
   std::string inspect(const std::string& path) const;  // rank 0's verdict on one file
   // rank 0: the newest loadable file not in `skip`
@@ -262,7 +262,8 @@ class Checkpointer {
   LoadedCheckpoint load_file(const std::string& path);  // collective; CheckpointCorrupt on a checksum mismatch
   void prune() const;
   // Writes `tmp` (through `write`), then publishes it; every rank returns the same error text.
-  std::string write_and_publish(int64_t iteration, MPI_Comm comm, const std::function<void(CheckpointWriter&)>& write);
+  std::string write_and_publish(int64_t iteration, const CheckpointComm& over,
+                                const std::function<void(CheckpointWriter&)>& write);
 
   std::string dir_;
   int64_t keep_last_;

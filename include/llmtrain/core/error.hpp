@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <fmt/format.h>  // LLMTRAIN_CHECK formats its message
+
 namespace llmtrain {
 
 // Base of all llmtrain errors; what() is a complete, user-facing sentence.
@@ -42,8 +44,8 @@ void check_cuda(int rc, const char* call, const char* file, int line);
 }  // namespace llmtrain
 
 #define MPI_CHECK(call) ::llmtrain::detail::check_mpi((call), #call, __FILE__, __LINE__)
-// Returns the call's value (an hid_t or herr_t) so it can wrap H5*open/create.
-#define H5_CHECK(call) ::llmtrain::detail::check_h5((call), #call, __FILE__, __LINE__)
+// H5_CHECK is defined once, in src/core/hdf5_util.hpp: it runs the call under the
+// HDF5 lock (core/hdf5_mutex.hpp) and returns its value (an hid_t or herr_t).
 #define NCCL_CHECK(call) ::llmtrain::detail::check_nccl(static_cast<int>(call), #call, __FILE__, __LINE__)
 #define CUDA_CHECK(call) ::llmtrain::detail::check_cuda(static_cast<int>(call), #call, __FILE__, __LINE__)
 // Precondition inside llmtrain: throws llmtrain::Error with the message.

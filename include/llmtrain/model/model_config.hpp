@@ -54,7 +54,7 @@ struct ModelConfig {
   int64_t num_matmul_params() const;
   // Training FLOPs per token, docs/mfu.md's rule: 6*N + 12*L*H*Q*T.
   double flops_per_token() const;
-  // The seeds' convention for comparison: 6 * all parameters (embeddings included).
+  // The Python system's convention, for comparison: 6 * all parameters (embeddings included).
   double flops_per_token_6n() const;
 };
 

@@ -15,7 +15,9 @@ struct TrainResult {
   int64_t evaluated_at = -1;     // the iteration the last evaluation ran after; -1: no evaluation ran
   double tokens_per_sec = 0;     // global, warm-up iterations excluded
   std::string run_log_path;
-  int stopped_by_signal = 0;     // SIGUSR1/SIGTERM ended the run before max_iters
+  // The number of the signal (SIGUSR1/SIGTERM) that ended the run before
+  // max_iters; 0: none did.
+  int stop_signal = 0;
   std::string checkpoint;        // the checkpoint written on that signal
 };
 

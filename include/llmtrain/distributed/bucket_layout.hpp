@@ -1,7 +1,9 @@
-// Private: the layout of the gradient buckets, as pure arithmetic on the
+// The layout of the gradient buckets, as pure arithmetic on the
 // parameters' sizes. GradBuckets builds its buffers from it, and the
 // performance model (prediction/cost_model) reads the same layout without
-// allocating anything: one description of the buckets, not two.
+// allocating anything: one description of the buckets, not two (a public
+// header for that reason: prediction/ sits above distributed/ and sees only
+// its public headers).
 //
 // Parameters are taken in reverse order (backward produces the last layers'
 // gradients first), cut into buckets of about `bucket_bytes` (a bucket closes

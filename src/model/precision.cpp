@@ -1,4 +1,4 @@
-#include "llmtrain/train/precision.hpp"
+#include "llmtrain/model/precision.hpp"
 
 #include <cmath>
 

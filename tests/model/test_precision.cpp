@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 #include "llmtrain/core/error.hpp"
-#include "llmtrain/train/precision.hpp"
+#include "llmtrain/model/precision.hpp"
 
 namespace {
 
