@@ -35,6 +35,18 @@ kills the one in flight) after that many seconds so the table always prints,
 and --json FILE is rewritten after every run:
 
   benchmarks/compare_pytorch.sh --device cuda --configs llama_1.36b --rounds 1 --iters 10 --warmup 5 --deadline_s 240
+
+--op_count: instead of timing, the top-level ops of one training step (step 2:
+after the first steps' allocations) of llmtrain (compile=False; its
+profile_steps trace) and PyTorch eager (python_reference.py --profile_step;
+torch.profiler, fused AdamW, clipping), each preset at 4 and at 2 layers of the
+same shape, counted alike by `llmtrain-report --profile` (top-level: an aten::
+or llmtrain:: op not inside another such op of its thread, views left out;
+docs/performance.md). Per block = (ops at 4 layers - ops at 2) / 2: forward,
+backward and optimizer. On a CPU this is the count of kernels a GPU would
+launch for the step; --device cuda adds kernel time by category.
+
+  benchmarks/compare_pytorch.sh --op_count --configs llama_small --dtypes float32
 """
 import argparse
 import glob
@@ -169,6 +181,63 @@ def llmtrain_result(out):
     return m
 
 
+def profile_counts(a, trace, log):
+    """The step of a trace as llmtrain-report --profile counts it: (ops, ops by category)."""
+    out = trace + ".report.json"
+    run_timed([os.path.join(a.build, "bin", "llmtrain-report"), "--profile", trace, "--json", out],
+              {**os.environ, **MPI_ENV}, log)
+    step = json.load(open(out))[0]["steps"]
+    if len(step) != 1:
+        sys.exit(f"compare_pytorch: {trace} holds {len(step)} steps, expected the one traced")
+    return step[0]["ops"], step[0]["ops_by_category"]
+
+
+def op_count(a, env, work, log):
+    """--op_count: per config x dtype, llmtrain's and PyTorch eager's top-level ops of step 2 at 4 and 2 layers."""
+    step, rows = 2, []
+    for name in a.configs.split(","):
+        preset = PRESETS.get(name, name)
+        data_dir, h5 = make_data(a.build, a.data, preset_vocab(preset), a.python, log)
+        for dtype in a.dtypes.split(","):
+            counts = {}
+            for layers in (4, 2):
+                out = os.path.join(work, f"ops_{os.path.basename(name)}_{dtype}_{layers}")
+                cmd = [os.path.join(a.build, "bin", "llmtrain"), os.path.join(ROOT, preset), f"--data_dir={h5}",
+                       f"--dtype={dtype}", f"--num_threads={a.threads}", f"--max_iters={step + 1}",
+                       f"--out_dir={out}", "--eval_interval=100000", "--eval_iters=1", f"--device={a.device}",
+                       f"--n_layer={layers}", f"--profile_steps={step}"]
+                if a.accum:
+                    cmd.append(f"--gradient_accumulation_steps={a.accum}")
+                run_timed((["mpiexec", "-n", "1", "--bind-to", "none"] + cmd) if a.device == "cuda" else cmd, env, log)
+                trace = os.path.join(out, "profile", f"rank0_steps{step}-{step}.pt.trace.json")
+                if not os.path.exists(trace):
+                    sys.exit(f"compare_pytorch: llmtrain wrote no trace {trace} (a build whose loop runs "
+                             f"StepProfiler: src/record/step_profiler.hpp)")
+                counts[("llmtrain", layers)] = profile_counts(a, trace, log)
+                shutil.rmtree(out, ignore_errors=True)
+                trace = os.path.join(work, f"pytorch_{os.path.basename(name)}_{dtype}_{layers}.pt.trace.json")
+                run_timed([a.python, os.path.join(HERE, "python_reference.py"), os.path.join(ROOT, preset),
+                           f"dtype={dtype}", f"n_layer={layers}", "--mode", "eager", "--data",
+                           os.path.join(data_dir, "train.bin"), "--iters", "1", "--warmup", str(step),
+                           "--threads", str(a.threads), "--device", a.device, "--profile_step", str(step),
+                           "--profile_out", trace]
+                          + ([f"gradient_accumulation_steps={a.accum}"] if a.accum else []), env, log)
+                counts[("pytorch_eager", layers)] = profile_counts(a, trace, log)
+            for impl in ("llmtrain", "pytorch_eager"):
+                (n4, c4), (n2, c2) = counts[(impl, 4)], counts[(impl, 2)]
+                per_cat = {k: (c4.get(k, 0) - c2.get(k, 0)) / 2 for k in sorted(set(c4) | set(c2))}
+                rows.append((name, dtype, impl, n4, n2, (n4 - n2) / 2, per_cat))
+    print(f"\ntop-level ops of one training step (step {step}; forward, backward, clipping, AdamW), "
+          f"counted by llmtrain-report --profile on {a.device}")
+    print(f"{'config':<12} {'dtype':<9} {'impl':<14} {'4 layers':>9} {'2 layers':>9} {'per block':>10}  per block by category")
+    for r in rows:
+        cats = ", ".join(f"{k} {v:g}" for k, v in r[6].items() if v)
+        print(f"{r[0]:<12} {r[1]:<9} {r[2]:<14} {r[3]:>9} {r[4]:>9} {r[5]:>10g}  {cats}")
+    print("(top-level: an aten:: or llmtrain:: op not inside another such op of its thread, views, aliases and "
+          "allocations left out; per block = (4 layers - 2 layers) / 2; docs/performance.md)")
+    return rows
+
+
 def write_json(path, raw):
     """Rewrites path with every measurement so far (atomically: a kill leaves the previous version)."""
     if path:
@@ -203,6 +272,9 @@ def main():
                                                      "this script) and one still going then is killed; the table "
                                                      "prints what finished")
     ap.add_argument("--json", help="also write every measurement here (rewritten after each run)")
+    ap.add_argument("--op_count", action="store_true",
+                    help="instead of timing: top-level ops per step and per block of llmtrain and PyTorch eager "
+                         "(see above)")
     a = ap.parse_args()
     configs, dtypes, iters, warmup, accum = DEVICE_DEFAULTS[a.device]
     a.configs = a.configs or configs
@@ -227,6 +299,12 @@ def main():
     # that is GBs (15.5 GB at 1.36B), written faster to a tmpfs when it has room; each run's out_dir is removed after.
     shm = cuda and os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free > 40e9
     work = tempfile.mkdtemp(prefix="compare_pytorch_", dir="/dev/shm" if shm else None)
+    if a.op_count:
+        rows = op_count(a, env, work, log)
+        write_json(a.json, [{"config": r[0], "dtype": r[1], "impl": r[2], "ops_4_layers": r[3], "ops_2_layers": r[4],
+                             "ops_per_block": r[5], "per_block_by_category": r[6]} for r in rows])
+        shutil.rmtree(work, ignore_errors=True)
+        return
     rows, raw, notes = [], [], []
     failed = stopped = False
     # llmtrain: the plain path; llmtrain_fused: compile=True (LM head + cross-entropy

@@ -32,6 +32,7 @@ parameter count and the device; on cuda also peak_gpu_bytes
 (torch.cuda.max_memory_allocated(): the most bytes of tensors held at once).
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -254,7 +255,14 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: leave torch's default)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: the model, the data and the step on the current GPU")
+    ap.add_argument("--profile_step", type=int, default=-1,
+                    help="trace this step (0-based, warm-up included) with torch.profiler: CPU ops with shapes "
+                         "(+ CUDA kernels on a GPU) as a ProfilerStep#N span, the form llmtrain's profile_steps "
+                         "writes (llmtrain-report --profile counts both alike)")
+    ap.add_argument("--profile_out", help="the Chrome-trace JSON file of --profile_step")
     a = ap.parse_intermixed_args()  # overrides may come before or after the options
+    if a.profile_step >= 0 and not a.profile_out:
+        raise SystemExit("python_reference: --profile_step needs --profile_out FILE")
     c = read_config(a.preset, a.overrides)
     if c["vocab_size"] <= 0:
         raise SystemExit("python_reference: the preset must set vocab_size")
@@ -298,6 +306,12 @@ def main():
     t_start = time.perf_counter()
     for it in range(a.warmup + a.iters):
         sync()
+        traced = contextlib.ExitStack()
+        if it == a.profile_step:
+            acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+            prof = traced.enter_context(torch.profiler.profile(activities=acts, record_shapes=True,
+                                                               profile_memory=True))
+            traced.enter_context(torch.profiler.record_function(f"ProfilerStep#{it}"))
         t0 = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(c, it)
@@ -313,6 +327,9 @@ def main():
         loss_v = loss.item() * A
         sync()
         times.append(time.perf_counter() - t0)
+        if it == a.profile_step:
+            traced.close()
+            prof.export_chrome_trace(a.profile_out)
     timed = times[a.warmup:]
     med = statistics.median(timed) * 1e3
     # Compilation (and the first-step allocations) happen in the warm-up steps:

@@ -118,6 +118,40 @@ if(LLMTRAIN_WITH_CUDA AND NOT LLMTRAIN_TORCH_HAS_CUDA)
                       "torch (python/requirements.txt pins one) or configure with -DLLMTRAIN_WITH_CUDA=OFF")
 endif()
 
+# 5. No libtorch.so in the programs. It holds no torch code: it is the shim that
+#    pulls in libtorch_cpu.so and libtorch_cuda.so, and everything it exports (182
+#    symbols in the 2.11 wheel) is a copy of a libstdc++ function that the wheel's
+#    GCC toolset linked in statically from its libstdc++_nonshared.a: std::filesystem,
+#    std::__cxx11 strings and streams, std::chrono's time zones,
+#    std::ios_base_library_init. Those copies carry no symbol version, and glibc's
+#    dynamic linker lets an unversioned definition satisfy a versioned reference
+#    (remove_all@GLIBCXX_3.4.26): the first library in the search order that
+#    defines the name wins. libtorch.so's remove_all calls
+#    recursive_directory_iterator::__erase through a weak reference that nothing
+#    defines (libstdc++.so keeps __erase internal), so a program whose
+#    remove_all binds there jumps to address 0 on the first directory it removes.
+#    Linking libtorch_cpu/libtorch_cuda directly (TorchConfig's `torch` target
+#    less its own file) keeps that copy out of every process; the libstdc++-first
+#    link option of src/CMakeLists.txt binds the standard library to libstdc++.so.6
+#    over libtorch_cpu.so's copies too. tests/core/test_linkage.cpp checks both.
+if(TARGET torch AND TARGET torch_cpu_library)
+  get_target_property(_torch_type torch TYPE)
+  if(_torch_type STREQUAL "SHARED_LIBRARY")
+    add_library(LLMTrain::torch INTERFACE IMPORTED)
+    foreach(_p INTERFACE_INCLUDE_DIRECTORIES INTERFACE_SYSTEM_INCLUDE_DIRECTORIES INTERFACE_COMPILE_DEFINITIONS
+               INTERFACE_COMPILE_OPTIONS)
+      get_target_property(_v torch ${_p})
+      if(_v)
+        set_property(TARGET LLMTrain::torch PROPERTY ${_p} "${_v}")
+      endif()
+    endforeach()
+    get_target_property(_v torch INTERFACE_LINK_LIBRARIES)  # torch_cpu_library;torch_cuda_library
+    set_property(TARGET LLMTrain::torch PROPERTY INTERFACE_LINK_LIBRARIES "${_v}")
+    list(TRANSFORM TORCH_LIBRARIES REPLACE "^torch$" "LLMTrain::torch")
+    list(REMOVE_ITEM TORCH_LIBRARIES torch_library)
+  endif()
+endif()
+
 # The libraries a pip torch loads (torch/lib/libtorch_cuda.so RPATH: ../../nvidia/*/lib).
 get_filename_component(_torch_root "${TORCH_INSTALL_PREFIX}" ABSOLUTE)
 set(_nv "${_torch_root}/../nvidia")

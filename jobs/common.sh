@@ -150,9 +150,11 @@ _llmtrain_forward() {
   # SIGKILL, odls_base_sigkill_timeout apart) and exits 1 whatever the ranks
   # return. Both mean "checkpoint and stop" to llmtrain, so mpirun gets USR1.
   [[ "$LLMTRAIN_LAUNCHER" == mpirun ]] && sig=USR1
+  _llmtrain_stop_asked=1
   [[ -n "$_llmtrain_child" ]] && kill -"$sig" "$_llmtrain_child" 2>/dev/null
   return 0
 }
+_llmtrain_stop_asked=0
 trap '_llmtrain_forward USR1' USR1
 trap '_llmtrain_forward TERM' TERM
 
@@ -164,6 +166,9 @@ llmtrain_exec() {
   llmtrain_log "run: ${LAUNCHER[*]} $*"
   # The launcher itself is the background child (not a subshell around it), so
   # the forwarded signal reaches srun/mpirun, which pass it on to every rank.
+  local log_start=0
+  [[ -f "$logfile" ]] && log_start=$(stat -c %s "$logfile")
+  _llmtrain_stop_asked=0
   "${LAUNCHER[@]}" "$@" >>"$logfile" 2>&1 &
   _llmtrain_child=$!
   tail -n +1 -F --pid="$_llmtrain_child" "$logfile" 2>/dev/null &
@@ -176,6 +181,17 @@ llmtrain_exec() {
   done
   wait "$tailpid" 2>/dev/null
   _llmtrain_child=""
+  # Slurm's SIGTERM at the time limit reaches every process of the job, mpirun
+  # too: Open MPI 4.1 then ends the job itself and exits 1 whatever the ranks
+  # return, although they (signalled directly) finished the iteration, wrote the
+  # checkpoint and left with the requeue code. Their own word decides: rank 0's
+  # "stopped by signal ... checkpoint" line in this run's part of the log.
+  if ((rc != 0 && rc != LLMTRAIN_REQUEUE_EXIT_CODE && _llmtrain_stop_asked)) &&
+     [[ "$LLMTRAIN_LAUNCHER" == mpirun ]] &&
+     tail -c +$((log_start + 1)) "$logfile" 2>/dev/null | grep -q 'stopped by signal [0-9]* after iteration .*; checkpoint '; then
+    llmtrain_log "mpirun exited $rc after the ranks stopped with a checkpoint (mpirun ends the job itself on SIGTERM): exit code $LLMTRAIN_REQUEUE_EXIT_CODE"
+    rc=$LLMTRAIN_REQUEUE_EXIT_CODE
+  fi
   return "$rc"
 }
 

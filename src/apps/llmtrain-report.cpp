@@ -1,23 +1,19 @@
 // llmtrain-report: summary, comparison, token-budget and scaling tables over
-// one or many run logs (out_dir/run_*.json); --plot writes PNGs through
-// scripts/llmtrain_plot.py; --html writes one self-contained page (SVG plots
-// drawn in C++, record/html_report.hpp). Exit code 3 when a log fails the self-check.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
+// one or many run logs (out_dir/run_*.json); --html writes one self-contained
+// page and --plot the same figures as SVG files, both drawn by
+// record/html_report.hpp. Exit code 3 when a log fails the self-check.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/record/html_report.hpp"
+#include "llmtrain/record/profile_report.hpp"  // defines: run_profile_report (--profile)
 #include "llmtrain/record/run_log.hpp"
 #include "llmtrain/record/run_log_reader.hpp"
 #include "llmtrain/record/run_report.hpp"
@@ -25,74 +21,14 @@
 namespace fs = std::filesystem;
 namespace po = boost::program_options;
 
-namespace {
-
-// Where the plot script is: --plot-script, $LLMTRAIN_PLOT_SCRIPT, next to an
-// installed binary (share/llmtrain), or the source tree of a build directory.
-std::string find_plot_script(const std::string& given) {
-  if (!given.empty()) return given;
-  if (const char* e = std::getenv("LLMTRAIN_PLOT_SCRIPT")) return e;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
-  if (!ec) {
-    candidates.push_back(exe.parent_path() / "../share/llmtrain/llmtrain_plot.py");
-    candidates.push_back(exe.parent_path() / "../../scripts/llmtrain_plot.py");
-  }
-  if (const char* s = std::getenv("LLMTRAIN_SOURCE_DIR")) candidates.push_back(fs::path(s) / "scripts/llmtrain_plot.py");
-  for (const auto& c : candidates)
-    if (fs::exists(c)) return fs::weakly_canonical(c).string();
-  throw llmtrain::Error(
-      "cannot find llmtrain_plot.py (looked next to the binary and in the source tree); pass --plot-script PATH");
-}
-
-// Runs argv[0] (searched in PATH) with its output to /dev/null unless `quiet` is
-// false; returns its exit code (127 when it cannot be started).
-int run_program(const std::vector<std::string>& args, bool quiet) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (quiet) {
-      std::FILE* null = std::fopen("/dev/null", "w");
-      if (null) {
-        dup2(fileno(null), 1);
-        dup2(fileno(null), 2);
-      }
-    }
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-}
-
-// The first Python that has matplotlib: $LLMTRAIN_PYTHON, python3 in PATH (a
-// pyenv or module one may lack it), then the system's /usr/bin/python3.
-std::string find_python() {
-  std::vector<std::string> candidates;
-  if (const char* e = std::getenv("LLMTRAIN_PYTHON")) candidates.push_back(e);
-  candidates.push_back("python3");
-  candidates.push_back("/usr/bin/python3");
-  for (const auto& c : candidates)
-    if (run_program({c, "-c", "import matplotlib"}, /*quiet=*/true) == 0) return c;
-  throw llmtrain::Error(fmt::format(
-      "--plot needs Python 3 with matplotlib; none of {} has it (install python3-matplotlib, or set "
-      "LLMTRAIN_PYTHON to a python that has it)",
-      fmt::join(candidates, ", ")));
-}
-
-}  // namespace
-
 int main(int argc, char** argv) try {
-  std::vector<std::string> logs;
+  std::vector<std::string> logs, profiles;
   int64_t warmup = -1;
   double budget = 85e9;
-  std::string plot_dir, plot_script, json_out, html_out;
+  std::string plot_dir, json_out, html_out;
   po::options_description opts(
       "usage: llmtrain-report RUN_LOG|DIR [...] [options]\n"
+      "       llmtrain-report --profile TRACE|DIR [...] [--json FILE]\n"
       "Summarizes llmtrain run logs (out_dir/run_*.json); figures after warm-up iterations");
   opts.add_options()("help,h", "this help")(
       "warmup", po::value<int64_t>(&warmup)->default_value(-1),
@@ -100,11 +36,16 @@ int main(int argc, char** argv) try {
       "(-1 = each log's warmup_report_iters, default 50; 0 = average every iteration)")(
       "tokens", po::value<double>(&budget)->default_value(85e9, "85e9"),
       "token budget for the time-to-train table")("scaling", "print the weak/strong scaling table")(
-      "plot", po::value<std::string>(&plot_dir), "write PNGs (loss, MFU, tokens/s; scaling) to this directory")(
-      "plot-script", po::value<std::string>(&plot_script), "path of llmtrain_plot.py")(
+      "plot", po::value<std::string>(&plot_dir),
+      "write the page's figures as SVG files (<figure id>.svg: phases-<i>, loss, lr, grad-norm, tokens-per-sec, mfu, "
+      "memory; with several runs compare-*, scaling-*) to this directory")(
       "html", po::value<std::string>(&html_out),
-      "write one self-contained HTML page (run table, predicted vs measured, loss/MFU/tokens/s plots) to this file")(
-      "json", po::value<std::string>(&json_out), "also write the summaries as JSON to this file");
+      "write one self-contained HTML page (headline, step phases measured vs predicted, curves, memory, runs side by "
+      "side, tables) to this file")(
+      "json", po::value<std::string>(&json_out), "also write the summaries as JSON to this file")(
+      "profile", po::value<std::vector<std::string>>(&profiles)->multitoken(),
+      "instead of run logs: per step of these profile_steps traces (files or out_dir/profile directories), the "
+      "top-level ops by category, the host synchronizations and, from a GPU, kernel time by category");
   po::options_description hidden;
   hidden.add_options()("logs", po::value<std::vector<std::string>>(&logs));
   po::options_description all;
@@ -114,6 +55,10 @@ int main(int argc, char** argv) try {
   po::variables_map vm;
   po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
   po::notify(vm);
+  if (!profiles.empty() && !vm.count("help")) {  // --profile A B, --profile=A B: every file named is a trace
+    profiles.insert(profiles.end(), logs.begin(), logs.end());
+    return llmtrain::run_profile_report(profiles, json_out);
+  }
   if (vm.count("help") || logs.empty()) {
     std::cout << opts << "\n";
     return logs.empty() && !vm.count("help") ? 2 : 0;
@@ -160,7 +105,15 @@ int main(int argc, char** argv) try {
     llmtrain::write_file_atomic(html_out, llmtrain::format_html_report(runs, datas));
     std::cout << "\nwrote " << html_out << "\n";
   }
-  if (!json_out.empty() || !plot_dir.empty()) {
+  if (!plot_dir.empty()) {
+    fs::create_directories(plot_dir);
+    for (const auto& f : llmtrain::report_figures(runs, datas)) {
+      const std::string path = (fs::path(plot_dir) / (f.id + ".svg")).string();
+      llmtrain::write_file_atomic(path, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + f.svg);
+      std::cout << "wrote " << path << "\n";
+    }
+  }
+  if (!json_out.empty()) {
     nlohmann::json out;
     out["token_budget"] = budget;
     out["scaling"] = llmtrain::scaling_efficiency(runs);
@@ -172,14 +125,7 @@ int main(int argc, char** argv) try {
                           {"status", r.status},       {"last_iter", r.last_iter}};
       out["runs"].push_back(std::move(j));
     }
-    if (!json_out.empty()) llmtrain::write_file_atomic(json_out, out.dump(2) + "\n");
-    if (!plot_dir.empty()) {
-      fs::create_directories(plot_dir);
-      const std::string data = (fs::path(plot_dir) / "report.json").string();
-      llmtrain::write_file_atomic(data, out.dump(2) + "\n");
-      const int prc = run_program({find_python(), find_plot_script(plot_script), data, plot_dir}, false);
-      if (prc != 0) throw llmtrain::Error(fmt::format("the plot script failed (exit code {})", prc));
-    }
+    llmtrain::write_file_atomic(json_out, out.dump(2) + "\n");
   }
   return rc;
 } catch (const std::exception& e) {

@@ -39,6 +39,7 @@
 #include "llmtrain/core/fault.hpp"
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/core/hdf5_mutex.hpp"
+#include "llmtrain/data/loader.hpp"  // defines: data_mix_blend (the blend a data_mix file held)
 #include "llmtrain/distributed/runtime.hpp"
 #include "llmtrain/record/run_log.hpp"
 #include "checkpoint/checkpoint_ops.hpp"
@@ -166,6 +167,10 @@ void Checkpointer::write_header(CheckpointWriter& w) const {
   w.attr("", "versions", versions.dump());
   w.attr("", "config", run_.config.dump());
   w.attr("", "tokenizer", run_.tokenizer);
+  // data_mix may name a file: the blend it held is kept, so that a resume sees a
+  // change of the file's weights (ResumeConfigCheck, resume_changes).
+  if (const std::string mix = run_.config.value("data_mix", std::string()); !mix.empty())
+    w.attr("", "data_mix_blend", data_mix_blend(mix, run_.config.value("data_dir", std::string())));
 }
 
 // Keeps the newest keep_last; `latest` is the newest, so it survives.
@@ -382,6 +387,7 @@ LoadedCheckpoint Checkpointer::load_file(const std::string& path) {
   out.world_size = r.written_world_size();
   out.strategy = r.attr_str("", "strategy");
   out.config = nlohmann::json::parse(r.attr_str("", "config"));
+  if (r.has_attr("", "data_mix_blend")) out.config["data_mix_blend"] = r.attr_str("", "data_mix_blend");
   for (const auto& part : parts_) part->load(r);
   int64_t unchecked = 0;
   const auto bad = r.verify(unchecked);

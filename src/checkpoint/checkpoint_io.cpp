@@ -27,6 +27,7 @@
 #include "core/hdf5_util.hpp"
 #include "checkpoint/checkpoint_ops.hpp"
 #include "checkpoint/checkpoint_turns.hpp"
+#include "llmtrain/core/activity_note.hpp"  // defines: ActivityNote (what the watchdog names if a file open hangs)
 #include "llmtrain/core/crc32c.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/fault.hpp"
@@ -414,6 +415,7 @@ CheckpointWriter::CheckpointWriter(const std::string& path, const Runtime& rt, i
   H5Id fapl = h5::make_mpio_fapl(comm);
   // Large datasets start on 1 MiB boundaries (file-system stripes, MPI-IO aggregation).
   H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
+  const ActivityNote note("creating " + path);
   const hid_t fid = H5_LOCKED(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
   if (fid < 0) throw Error(fmt::format("cannot create checkpoint '{}' (directory writable? disk full?)", path));
   f_->file = H5Id(fid, H5Fclose);
@@ -558,6 +560,7 @@ CheckpointReader::CheckpointReader(const std::string& path, const Runtime& rt, b
   h5::quiet_hdf5_once();
   if (collective) {
     H5Id fapl = h5::make_mpio_fapl(MPI_COMM_WORLD);
+    const ActivityNote note("opening " + path);
     const hid_t fid = H5_LOCKED(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
     if (fid < 0) throw Error(fmt::format("cannot open checkpoint '{}'", path));
     f_->file = H5Id(fid, H5Fclose);
@@ -566,6 +569,9 @@ CheckpointReader::CheckpointReader(const std::string& path, const Runtime& rt, b
     f_->independent = make_dxpl(H5FD_MPIO_INDEPENDENT);
     return;
   }
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw CheckpointUnusable(fmt::format("'{}' is a directory, not a checkpoint file", path));
   if (!fs::is_regular_file(path)) throw CheckpointUnusable(fmt::format("'{}' does not exist", path));
   if (H5_LOCKED(H5Fis_hdf5(path.c_str())) <= 0)
     throw CheckpointUnusable(fmt::format("'{}' is not an HDF5 file (truncated or overwritten?)", path));
@@ -737,6 +743,8 @@ void CheckpointReader::check_metadata() const {
 
 std::vector<std::string> verify_checkpoint_file(const std::string& path, std::vector<std::string>& notes) {
   h5::quiet_hdf5_once();
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return {fmt::format("'{}' is a directory, not a checkpoint file", path)};
   if (!fs::is_regular_file(path)) return {fmt::format("'{}' does not exist", path)};
   if (H5_LOCKED(H5Fis_hdf5(path.c_str())) <= 0) return {fmt::format("'{}' is not an HDF5 file (truncated or overwritten?)", path)};
   const hid_t fid = H5_LOCKED(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));

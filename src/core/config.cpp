@@ -229,6 +229,8 @@ void Config::load_file(const std::string& path) {
   std::map<std::string, int> seen;  // key -> line that set it in this file
   while (std::getline(in, line)) {
     ++lineno;
+    // A UTF-8 byte order mark (Windows editors write one) is not part of the first key.
+    if (lineno == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     // '#' starts a comment unless it is inside quotes.
     bool quoted = false;
     char q = 0;
@@ -280,6 +282,15 @@ void Config::validate() const {
   if (param_dtype == ParamDtype::bfloat16 && dtype != ComputeDtype::bfloat16)
     fail(fmt::format("config key 'param_dtype' = bfloat16 computes with bf16 parameters: it needs dtype=bfloat16, "
                      "got dtype={}", to_string(dtype)));
+  if (eval_full && !data_mix.empty())
+    fail("config key 'eval_full' = True evaluates the whole val split of one data directory, but 'data_mix' is set "
+         "(a blend of several; data_dir is not read): set eval_full=False, or evaluate one directory with "
+         "data_dir=DIR and data_mix unset");
+  if (activation_checkpointing == ActivationCheckpointing::selective && activation_checkpointing_every > n_layer)
+    fail(fmt::format("config key 'activation_checkpointing_every' ({}) exceeds n_layer ({}): "
+                     "activation_checkpointing=selective would recompute no block; use a value from 1 to {}, or "
+                     "activation_checkpointing=none",
+                     activation_checkpointing_every, n_layer, n_layer));
   if (eval_only && init_from.source == InitSource::scratch)
     fail("config key 'eval_only' = True evaluates saved weights: set init_from=resume (the newest checkpoint in "
          "out_dir/checkpoints) or init_from=hf:DIR, not 'scratch'");
@@ -368,9 +379,22 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   po::positional_options_description pos;
   pos.add("config", -1);
 
+  // `--key=` (nothing after '='): the key set to the empty string, e.g. --data_mix= to
+  // clear a config file's blend. Boost refuses an empty adjacent value, so such an
+  // argument reaches it with a marker that stands for "" (below).
+  static const std::string kEmptyValue = "\x01llmtrain-empty-value\x01";
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=' && find_key(a.substr(2, a.size() - 3)))
+      args[i] = a + kEmptyValue;
+  }
+  std::vector<const char*> arg_ptrs;
+  for (const auto& a : args) arg_ptrs.push_back(a.c_str());
+
   po::parsed_options parsed(&all);
   try {
-    parsed = po::command_line_parser(argc, argv)
+    parsed = po::command_line_parser(static_cast<int>(arg_ptrs.size()), arg_ptrs.data())
                  .options(all)
                  .positional(pos)
                  .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
@@ -410,6 +434,15 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
     if (!(*cl.describe_memory_gib > 0))
       throw ConfigError(fmt::format("--describe_memory_gib={}: expected a positive number of GiB", *cl.describe_memory_gib));
   }
+  // The --describe_* flags shape --describe's answer; without --describe llmtrain
+  // would train, ignoring them, so they are refused.
+  if (!cl.describe)
+    for (const char* f : {"describe_world_size", "describe_format", "describe_device", "describe_ranks_per_node",
+                          "describe_memory_gib"})
+      if (vm.count(f))
+        throw ConfigError(fmt::format("--{} is an option of --describe, which is not given: add --describe (without "
+                                      "it llmtrain trains and the flag would be ignored)",
+                                      f));
   if (vm.count("config")) cl.config_files = vm["config"].as<std::vector<std::string>>();
   for (const auto& f : cl.config_files) cl.config.load_file(f);
   // Overrides in command-line order, after all files.
@@ -418,7 +451,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
     if (opt.value.empty())
       throw ConfigError(fmt::format("config key '{}' on the command line needs a value: --{}=<value>",
                                     opt.string_key, opt.string_key));
-    cl.config.set(opt.string_key, opt.value.back());
+    cl.config.set(opt.string_key, opt.value.back() == kEmptyValue ? std::string() : opt.value.back());
     cl.command_line_keys.push_back(opt.string_key);
   }
   return cl;

@@ -57,9 +57,19 @@ std::optional<Arm> from_environment(Point p) {
     case Point::fail_iteration:
     case Point::kill_during_save:
     case Point::disk_full_during_save: return rank_at_iteration(var, v);
-    case Point::iteration_sleep: {
+    case Point::iteration_sleep:
+    case Point::kernel_wrong_output: {
       Arm a;
       a.value = parse_int(var, v);
+      return a;
+    }
+    case Point::slow_loss_reduce: {  // "<rank>:<ms>", every iteration
+      const auto colon = v.find(':');
+      if (colon == std::string::npos)
+        throw ConfigError(fmt::format("environment variable {}='{}': expected <rank>:<milliseconds>", var, v));
+      Arm a;
+      a.rank = static_cast<int>(parse_int(var, v.substr(0, colon)));
+      a.value = parse_int(var, v.substr(colon + 1));
       return a;
     }
   }
@@ -84,6 +94,8 @@ const char* env_name(Point p) {
     case Point::iteration_sleep: return "LLMTRAIN_TEST_ITER_SLEEP_MS";
     case Point::kill_during_save: return "LLMTRAIN_TEST_KILL_DURING_SAVE";
     case Point::disk_full_during_save: return "LLMTRAIN_TEST_DISK_FULL_DURING_SAVE";
+    case Point::slow_loss_reduce: return "LLMTRAIN_TEST_SLOW_LOSS_REDUCE";
+    case Point::kernel_wrong_output: return "LLMTRAIN_TEST_KERNEL_WRONG";
   }
   return "?";
 }

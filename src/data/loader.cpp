@@ -58,7 +58,7 @@ std::vector<DataSource> parse_data_mix(const std::string& data_mix, const std::s
   };
   if (w.empty() || w.size() % 2 != 0) throw bad(fmt::format("{} words, not weight/directory pairs", w.size()));
   std::vector<DataSource> out;
-  double sum = 0.0;
+  double largest = 0.0;
   for (size_t i = 0; i < w.size(); i += 2) {
     size_t used = 0;
     double v = 0.0;
@@ -70,10 +70,22 @@ std::vector<DataSource> parse_data_mix(const std::string& data_mix, const std::s
     if (used != w[i].size() || !(v > 0.0) || !std::isfinite(v))
       throw bad(fmt::format("'{}' (before '{}') is not a positive weight", w[i], w[i + 1]));
     out.push_back({w[i + 1], v});
-    sum += v;
+    largest = std::max(largest, v);
   }
+  // Scaled by the largest first: the sum of weights near DBL_MAX (1e308 1e308)
+  // would overflow to inf and every share to 0.
+  double sum = 0.0;
+  for (auto& d : out) sum += d.weight /= largest;
   for (auto& d : out) d.weight /= sum;
   return out;
+}
+
+std::string data_mix_blend(const std::string& data_mix, const std::string& data_dir) {
+  if (data_mix.empty()) return "";
+  std::string s;
+  for (const auto& d : parse_data_mix(data_mix, data_dir))
+    s += fmt::format("{}{:.9g} {}", s.empty() ? "" : " ", d.weight, d.dir);
+  return s;
 }
 
 namespace {

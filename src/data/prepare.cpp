@@ -22,6 +22,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <optional>
 #include <regex>
 #include <type_traits>
 
@@ -57,8 +59,10 @@ struct InputFile {
 
 // A Hugging Face `datasets` folder gives only its Arrow files: a save_to_disk
 // folder those that state.json lists, in its order; a cache folder (with
-// dataset_info.json) its *.arrow files, sorted. Empty for any other directory.
-std::vector<fs::path> datasets_folder_files(const fs::path& dir) {
+// dataset_info.json) its *.arrow files, sorted. Its JSON files are never
+// documents. nullopt for any other directory; a `datasets` folder without data
+// files is an error (read as plain text it would make documents of its JSON).
+std::optional<std::vector<fs::path>> datasets_folder_files(const fs::path& dir) {
   std::vector<fs::path> files;
   if (fs::exists(dir / "state.json")) {
     std::ifstream in(dir / "state.json");
@@ -70,15 +74,26 @@ std::vector<fs::path> datasets_folder_files(const fs::path& dir) {
       throw DataError(fmt::format("{}: not a `datasets` save_to_disk state file ({})", (dir / "state.json").string(),
                                   e.what()));
     }
+    if (files.empty())
+      throw DataError(fmt::format("{} lists no data files (\"_data_files\" is empty): a `datasets` save_to_disk "
+                                  "folder with no rows to read",
+                                  (dir / "state.json").string()));
     for (const auto& f : files)
       if (!fs::is_regular_file(f))
         throw DataError(fmt::format("{} lists '{}', which is missing", (dir / "state.json").string(), f.string()));
-  } else if (fs::exists(dir / "dataset_info.json")) {
+    return files;
+  }
+  if (fs::exists(dir / "dataset_info.json")) {
     for (const auto& e : fs::directory_iterator(dir))
       if (e.is_regular_file() && e.path().extension() == ".arrow") files.push_back(e.path());
+    if (files.empty())
+      throw DataError(fmt::format("'{}' is a `datasets` folder (it has dataset_info.json) but holds no *.arrow "
+                                  "data files",
+                                  dir.string()));
     std::sort(files.begin(), files.end());
+    return files;
   }
-  return files;
+  return std::nullopt;
 }
 
 // What a path is, for messages: "a FIFO", "a socket", ...
@@ -118,12 +133,24 @@ struct InputList {
   std::vector<std::string> skipped;  // "<path>: <why>", files found in input directories that cannot be read
 };
 
+// Whether file `p` is taken under --ext: its name ends with one of `exts`
+// (compound suffixes too: .jsonl.zst); every file when `exts` is empty.
+bool extension_wanted(const fs::path& p, const std::vector<std::string>& exts) {
+  if (exts.empty()) return true;
+  const std::string name = p.filename().string();
+  for (const auto& e : exts)
+    if (name.size() > e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0) return true;
+  return false;
+}
+
 // The files of input directory `in` (recursive, sorted; hidden ones and other
-// extensions left out). What cannot be read as a file (a dangling or looping
-// symlink, a FIFO, a socket, a device, an unreadable file or directory, a
-// symlink to a directory, which is not followed) is skipped and named.
-void list_directory(const fs::path& in, const std::function<bool(const fs::path&)>& wanted, InputList& out) {
-  std::vector<fs::path> found;
+// extensions left out; a `datasets` folder inside it gives its data files, in its
+// order, at its place). What cannot be read as a file (a dangling or looping
+// symlink, a FIFO, a socket, a device, an unreadable file or directory, a symlink
+// to a directory, which is not followed, a 0-byte Parquet or Arrow file) is
+// skipped and named.
+void list_directory(const fs::path& in, const std::vector<std::string>& exts, InputList& out) {
+  std::vector<std::pair<fs::path, std::vector<fs::path>>> found;  // (where it sorts, its files)
   const size_t first_skip = out.skipped.size();
   std::error_code ec;
   auto it = fs::recursive_directory_iterator(in, ec);
@@ -136,44 +163,81 @@ void list_directory(const fs::path& in, const std::function<bool(const fs::path&
     std::error_code lec;
     const bool link = fs::is_symlink(it->symlink_status(lec));
     if (!link && it->is_directory(lec)) {
-      if (hidden || ::access(p.c_str(), R_OK | X_OK) == 0) continue;  // recursed into
-      out.skipped.push_back(fmt::format("{}: a directory that cannot be read: {}", p.string(), std::strerror(errno)));
-      it.disable_recursion_pending();
-      continue;
+      if (hidden) continue;
+      if (::access(p.c_str(), R_OK | X_OK) != 0) {
+        out.skipped.push_back(
+            fmt::format("{}: a directory that cannot be read: {}", p.string(), std::strerror(errno)));
+        it.disable_recursion_pending();
+        continue;
+      }
+      if (auto ds = datasets_folder_files(p)) {  // its data files; its JSON files are not documents
+        it.disable_recursion_pending();
+        if (extension_wanted("data.arrow", exts)) found.push_back({p, *ds});
+      }
+      continue;  // recursed into
     }
-    if (hidden || !wanted(p)) continue;
-    const std::string why =
+    if (hidden || !extension_wanted(p, exts)) continue;
+    std::string why =
         link && fs::is_directory(p, lec) ? "a symlink to a directory (not followed)" : unreadable_reason(p);
+    if (why.empty() && is_columnar(input_format(p.string())) && fs::file_size(p, lec) == 0)
+      why = "an empty (0-byte) Parquet/Arrow file, not a table (truncated or not written)";
     if (why.empty())
-      found.push_back(p);
+      found.push_back({p, {p}});
     else
       out.skipped.push_back(fmt::format("{}: {}", p.string(), why));
   }
   std::sort(found.begin(), found.end());
   std::sort(out.skipped.begin() + static_cast<std::ptrdiff_t>(first_skip), out.skipped.end());
-  for (const auto& p : found) out.files.push_back({p.string(), 0, 0, input_format(p.string())});
+  for (const auto& [where, files] : found)
+    for (const auto& p : files)
+      out.files.push_back({p.string(), 0, 0, where == p ? input_format(p.string()) : InputFormat::arrow});
 }
 
 InputList list_inputs(const std::vector<std::string>& inputs, const std::vector<std::string>& exts) {
-  auto wanted = [&](const fs::path& p) {
-    return exts.empty() || std::find(exts.begin(), exts.end(), p.extension().string()) != exts.end();
-  };
   InputList list;
+  std::vector<std::string> empty_dirs;  // input directories that gave no file
   for (const auto& in : inputs) {
     std::error_code ec;
     if (fs::is_directory(in, ec)) {
-      if (auto ds = datasets_folder_files(in); !ds.empty()) {  // a `datasets` folder: the files it names
-        for (const auto& p : ds) list.files.push_back({p.string(), 0, 0, InputFormat::arrow});
+      if (auto ds = datasets_folder_files(in)) {  // a `datasets` folder: the files it names
+        for (const auto& p : *ds) list.files.push_back({p.string(), 0, 0, InputFormat::arrow});
         continue;
       }
-      list_directory(in, wanted, list);
+      const size_t before = list.files.size();
+      list_directory(in, exts, list);
+      if (list.files.size() == before) empty_dirs.push_back(in);
       continue;
     }
     // An input named on the command line is never skipped: it is an error.
     const std::string why = unreadable_reason(in);
     if (why == "does not exist") throw DataError(fmt::format("input '{}' does not exist", in));
     if (!why.empty()) throw DataError(fmt::format("input '{}': {}", in, why));
+    if (is_columnar(input_format(in)) && fs::file_size(in) == 0)
+      throw DataError(fmt::format("input '{}' is empty (0 bytes): not a Parquet/Arrow table (truncated or not "
+                                  "written?)",
+                                  in));
     list.files.push_back({in, 0, 0, input_format(in)});
+  }
+  if (list.files.empty() && !empty_dirs.empty()) {
+    std::string dirs;
+    for (const auto& d : empty_dirs) dirs += (dirs.empty() ? "'" : ", '") + d + "'";
+    std::string want;
+    for (const auto& e : exts) want += (want.empty() ? "" : ", ") + e;
+    throw DataError(exts.empty() ? fmt::format("input directory {} holds no readable files", dirs)
+                                 : fmt::format("input directory {} holds no files whose names end in {} (--ext)",
+                                               dirs, want));
+  }
+  // The same file twice (named twice, or named and found in a named directory)
+  // would double its documents and put copies of them in both splits.
+  std::map<std::string, std::string> seen;  // canonical path -> as given
+  for (const auto& f : list.files) {
+    std::error_code cec;
+    const std::string key = fs::weakly_canonical(f.path, cec).string();
+    const auto [at, fresh] = seen.emplace(cec ? f.path : key, f.path);
+    if (!fresh)
+      throw DataError(fmt::format("input file '{}' is given twice{}: its documents would be read twice (and land "
+                                  "in both train and val); name each file once",
+                                  f.path, at->second == f.path ? "" : fmt::format(" (also as '{}')", at->second)));
   }
   int64_t start = 0;
   for (auto& f : list.files) {
@@ -456,7 +520,10 @@ SplitTokens<T> tokenize_range(const std::vector<InputFile>& files, int64_t lo, i
 
 // What llmtrain-prepare puts in a data directory (and its temporary names).
 bool is_our_file(const std::string& name) {
-  static const std::regex ours(R"(index\.json|(train|val)_\d{5}\.h5(\.tmp)?|\.index\.json\.tmp\.\d+)");
+  // <shard>-<jobid>-<pid>.lock: Open MPI's sharedfp/lockedfile lock file, left by a
+  // process killed while the shard was open (docs/architecture.md, Open MPI components).
+  static const std::regex ours(
+      R"(index\.json|(train|val)_\d{5}\.h5(\.tmp)?(-\d+-\d+\.lock)?|\.index\.json\.tmp\.\d+)");
   return std::regex_match(name, ours);
 }
 

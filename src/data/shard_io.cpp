@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "data/data_index.hpp"
+#include "llmtrain/core/activity_note.hpp"  // defines: ActivityNote (what the watchdog names if a file open hangs)
 #include "llmtrain/core/atomic_file.hpp"
 #include "llmtrain/core/crc32c.hpp"
 #include "llmtrain/core/error.hpp"
@@ -49,6 +50,7 @@ H5Id open_shard_file(const std::string& path, MPI_Comm comm) {
     throw DataError(fmt::format("shard '{}' is not a readable HDF5 file (truncated or not written by "
                                 "llmtrain-prepare)", path));
   H5Id fapl = make_mpio_fapl(comm);
+  const ActivityNote note("opening " + path);
   try {
     return H5Id(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl)), H5Fclose);
   } catch (const Error& e) {
@@ -281,7 +283,10 @@ std::vector<int64_t> write_split_shards(MPI_Comm comm, const std::string& out_di
     struct FileGuard {
       hid_t id;
       ~FileGuard() { if (id >= 0) H5_LOCKED(H5Fclose(id)); }
-    } file{H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl))};
+    } file{[&] {
+      const ActivityNote note("creating " + tmp);
+      return H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl));
+    }()};
     const hsize_t dims = static_cast<hsize_t>(n);
     H5Id fspace(H5_CHECK(H5Screate_simple(1, &dims, nullptr)), H5Sclose);
     // Contiguous + early allocation: a window is one contiguous byte range on disk,

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "data/data_index.hpp"
+#include "llmtrain/core/activity_note.hpp"  // defines: ActivityNote (what the watchdog names if a file open hangs)
 #include "llmtrain/core/crc32c.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
@@ -66,6 +67,7 @@ hid_t ShardSet::dataset(size_t s) {
     } else {
       H5Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
       H5_CHECK(H5Pset_fapl_sec2(fapl));
+      const ActivityNote note("opening " + paths_[s]);
       files_[s] = H5Id(H5_CHECK(H5Fopen(paths_[s].c_str(), H5F_ACC_RDONLY, fapl)), H5Fclose);
     }
     dsets_[s] = H5Id(H5_CHECK(H5Dopen2(files_[s], kTokensDataset, H5P_DEFAULT)), H5Dclose);

@@ -60,6 +60,21 @@ extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
 int Runtime::stop_signal() { return g_stop_signal.load(); }
 
+namespace {
+// Open MPI's MPI-IO (ompio) loads a shared-file-pointer component at every
+// MPI_File_open, which HDF5's MPI-IO driver calls for every shard read, every
+// llmtrain-prepare output and every checkpoint save. Its `sm` component keeps a
+// machine-wide POSIX semaphore named after the file's basename
+// (/dev/shm/sem.OMPIO_<basename>); a process killed while holding it (SIGKILL at a
+// time limit, the OOM killer) leaves it at 0, and from then on every open of a file
+// of that name on the node blocks for ever, SIGTERM included (issue 49). llmtrain
+// never uses shared file pointers, so the component is turned off here, in the
+// process, before MPI_Init reads its parameters: this holds under srun, mpirun or
+// any script. An explicit OMPI_MCA_sharedfp (from the environment or `mpirun --mca
+// sharedfp ...`) is left as it is; other MPI libraries ignore the variable.
+void turn_off_openmpi_sharedfp_sm() { setenv("OMPI_MCA_sharedfp", "^sm", /*overwrite=*/0); }
+}  // namespace
+
 Runtime::Runtime(int& argc, char**& argv) {
   // Stop requests are handled between iterations instead of killing the process
   // mid-step (SIGUSR1's default action would), so nothing written is lost.
@@ -71,6 +86,7 @@ Runtime::Runtime(int& argc, char**& argv) {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 
+  turn_off_openmpi_sharedfp_sm();
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
   thread_level_ = provided;
@@ -234,6 +250,14 @@ std::vector<std::string> Runtime::all_device_names() const {
 std::vector<std::string> Runtime::all_hostnames() const { return mpi::allgather_strings(hostname_, MPI_COMM_WORLD); }
 
 void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+int Runtime::stop_signal_any_rank() const {
+  const int mine = stop_signal();
+  int code = mine == SIGTERM ? 2 : mine == SIGUSR1 ? 1 : 0;  // SIGTERM wins
+  int seen = 0;
+  MPI_CHECK(MPI_Allreduce(&code, &seen, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return seen == 2 ? SIGTERM : seen == 1 ? SIGUSR1 : 0;
+}
 
 void Runtime::set_observer(RunObserver* observer) {
   if (listener_) listener_->set_observer(observer);

@@ -14,9 +14,11 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
+#include "llmtrain/core/activity_note.hpp"  // defines: activity_notes (e.g. the file being opened)
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
@@ -136,7 +138,7 @@ struct Beat {
   int32_t finished = 0;
   int64_t iteration = -1;
   double activity_s = 0.0;
-  char activity[112] = {0};
+  char activity[240] = {0};  // room for the loop's phase and a file path
 };
 
 struct Peer {
@@ -203,9 +205,21 @@ struct Watchdog::Impl {
     b.finished = finished ? 1 : 0;
     std::lock_guard<std::mutex> lock(m);
     b.iteration = iteration;
-    b.activity_s = seconds_between(activity_start, now);
-    std::snprintf(b.activity, sizeof b.activity, "%s", activity.c_str());
+    const auto [what, for_s] = current_locked(now);
+    b.activity_s = for_s;
+    std::snprintf(b.activity, sizeof b.activity, "%s", what.c_str());
     return b;
+  }
+
+  // The loop's activity with what this process is inside of now (core/activity_note.hpp:
+  // e.g. an HDF5 file open), under `m`. A note alone (the loop idle) is judged like an
+  // activity, from when the note was opened.
+  std::pair<std::string, double> current_locked(Clock::time_point now) const {
+    const ActivityNotes notes = activity_notes();
+    if (activity.empty()) return {notes.text, notes.oldest_s};
+    const double for_s = seconds_between(activity_start, now);
+    if (notes.text.empty()) return {activity, for_s};
+    return {activity + ": " + notes.text, for_s};
   }
 
   void send_beats(Clock::time_point now, bool finished) {
@@ -254,8 +268,7 @@ struct Watchdog::Impl {
     {
       std::lock_guard<std::mutex> lock(m);
       self.iteration = iteration;
-      self.activity = activity;
-      self.activity_s = seconds_between(activity_start, now);
+      std::tie(self.activity, self.activity_s) = current_locked(now);
     }
     out.push_back(self);
     if (!mt) return out;

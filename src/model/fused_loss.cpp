@@ -1,6 +1,7 @@
 #include "model/fused_loss.hpp"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -20,6 +21,8 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& targets, int64_t ignore_index, int64_t chunk_rows,
                                bool want_x, bool want_w) {
+    // One op in a profile_steps trace (record/profile_report.hpp counts it as one).
+    RECORD_FUNCTION("llmtrain::fused_linear_cross_entropy", std::vector<c10::IValue>({hidden, weight, targets}));
     const int64_t N = hidden.size(0), C = hidden.size(1);
     const auto device_type = hidden.device().type();
     // What the plain path's matmul would run in: the autocast dtype where
@@ -104,6 +107,7 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const auto saved = ctx->get_saved_variables();
+    RECORD_FUNCTION("llmtrain::fused_linear_cross_entropy_backward", std::vector<c10::IValue>(saved.begin(), saved.end()));
     const auto& go = grad_out[0];
     torch::Tensor gx, gw;
     if (saved[0].defined()) gx = saved[0] * go.to(saved[0].scalar_type());

@@ -206,6 +206,17 @@ double llmtrain_block_bytes(const ModelConfig& m, const Shapes& s, double e, dou
   return blk;
 }
 
+}  // namespace
+
+double block_elementwise_bytes(const RunShape& r) {
+  const Shapes s = shapes(r.model, r.batch_size);
+  const double a = act_bytes(r.dtype);
+  return r.elementwise == ElementwiseKernels::fused ? fused_block_bytes(r.model, s, a, 4.0)
+                                                    : llmtrain_block_bytes(r.model, s, a, r.param_bytes);
+}
+
+namespace {
+
 ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
   const ModelConfig& m = r.model;
   const bool sixteen = is16(r.dtype);
@@ -235,8 +246,7 @@ ComputeCost micro_batch_cost(const RunShape& r, const DeviceProfile& p) {
   // the parameters' dtype (fp32 under autocast: residual adds promote), matmul
   // outputs in the compute dtype.
   const double a = act_bytes(r.dtype), st = 4.0;
-  const double blk = r.elementwise == ElementwiseKernels::fused ? fused_block_bytes(m, s, a, st)
-                                                                : llmtrain_block_bytes(m, s, a, r.param_bytes);
+  const double blk = block_elementwise_bytes(r);
   // The blocks and the embedding gather; backward moves about twice as much.
   const double body = s.L * blk + st * s.M * s.C;
   const LossTraffic loss = loss_traffic(m, r.dtype);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/config.hpp"
+#include "llmtrain/core/error.hpp"  // defines: ConfigError
 #include "llmtrain/prediction/cost_model.hpp"
 #include "llmtrain/model/model_config.hpp"
 #include "llmtrain/model/params.hpp"
@@ -90,6 +91,15 @@ nlohmann::json memory_section(const Config& c, const DescribeOptions& o) {
     j["tensor_bytes_per_rank"] = tensors;
     j["max_batch_size"] = max_batch_size(m, in, s, tensors);
     j["max_batch_size_full_checkpointing"] = max_batch_size(m, full, s, tensors);
+    // max_batch_size searches up to 2^40 sequences: an answer at the bound is the
+    // search's end, not a batch that fits.
+    constexpr int64_t kSearchEnd = (int64_t{1} << 40) - 1;
+    if (j["max_batch_size"].get<int64_t>() >= kSearchEnd ||
+        j["max_batch_size_full_checkpointing"].get<int64_t>() >= kSearchEnd)
+      throw ConfigError(fmt::format("--describe_memory_gib={:g}: more than 2^40 sequences per micro-batch would fit "
+                                    "in that memory, past what --describe searches; give the memory of a real device "
+                                    "(GiB per rank, e.g. 80)",
+                                    *o.memory_bytes / (1024.0 * 1024.0 * 1024.0)));
   }
   return j;
 }
@@ -121,6 +131,12 @@ const std::vector<DescribeSection>& describe_sections() {
 }  // namespace
 
 nlohmann::json describe_json(const Config& c, const DescribeOptions& o) {
+  if (o.world_size < 1)
+    throw ConfigError(fmt::format("--describe_world_size={}: expected a positive number of ranks", o.world_size));
+  if (o.ranks_per_node > o.world_size)
+    throw ConfigError(fmt::format("--describe_ranks_per_node={} exceeds the world size {} (--describe_world_size): "
+                                  "a node cannot hold more ranks than the job has",
+                                  o.ranks_per_node, o.world_size));
   nlohmann::json j = nlohmann::json::object();
   for (const auto& sec : describe_sections()) j[sec.key] = sec.build(c, o);
   return j;

@@ -17,6 +17,7 @@
 
 #include "llmtrain/core/progress.hpp"
 #include "llmtrain/distributed/collectives.hpp"
+#include "llmtrain/distributed/watchdog.hpp"  // defines: Watchdog::activity
 #include "llmtrain/record/device_memory.hpp"
 
 namespace llmtrain {
@@ -252,6 +253,11 @@ void Metrics::charge_device_spans() {
     move_seconds(s.phase, Phase::communication, device_wait + (s.close.comm_waited_s - s.open.comm_waited_s));
   }
   spans_.clear();
+}
+
+Metrics::PhaseScope Metrics::phase(Phase p, const std::string& activity) {
+  if (watchdog_) watchdog_->activity(activity);
+  return PhaseScope(this, p);
 }
 
 void Metrics::start_iter() {

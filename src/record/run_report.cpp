@@ -34,10 +34,12 @@ std::string fmt_opt(const nlohmann::json& s, const char* key, const char* spec_f
 }  // namespace
 
 std::string RunSummary::ending() const {
-  if (cut_off())
-    return fmt::format("cut off at iteration {} (no summary: killed, a node lost, or still running)", last_iter);
+  // last_iter < 0: the log holds no iteration (the run ended in its start-up).
+  const std::string where =
+      last_iter < 0 ? std::string("before its first iteration") : fmt::format("at iteration {}", last_iter);
+  if (cut_off()) return fmt::format("cut off {} (no summary: killed, a node lost, or still running)", where);
   if (status == "completed") return status;
-  return fmt::format("{} at iteration {}", status, last_iter);
+  return fmt::format("{} {}", status, where);
 }
 
 RunSummary summarize_run_log(const RunLogData& log, int64_t warmup_iters) {
@@ -109,6 +111,11 @@ std::string format_prediction_table(const std::vector<RunSummary>& runs) {
                       "error", "largest difference (measured / predicted ms)");
     const double meas = sum_num(r.summary, "mean_dt_ms");
     const double pred = value_or<double>(r.prediction, "step_time_s", 0.0) * 1e3;
+    if (!(meas > 0)) {  // no iteration measured (a run that ended in its start-up): nothing to compare
+      s += fmt::format("{:<44} {:>5} {:>12} {:>13.1f} {:>9}  no iteration measured\n", r.label, r.world_size, "-",
+                       pred, "-");
+      continue;
+    }
     std::string worst = "-";
     double worst_diff = 0;
     const auto& pp = r.prediction.contains("phases") ? r.prediction["phases"] : nlohmann::json::object();

@@ -21,17 +21,6 @@ namespace fs = std::filesystem;
 namespace llmtrain {
 namespace {
 
-// ---- CRC-32C (reflected polynomial 0x82F63B78) ------------------------------
-std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    t[i] = c;
-  }
-  return t;
-}
-
 // ---- protobuf wire format ---------------------------------------------------
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kBytes = 2, kFixed32 = 5 };
 
@@ -81,14 +70,6 @@ std::string hostname() {
 }
 
 }  // namespace
-
-uint32_t crc32c(const void* data, size_t size) {
-  static const auto table = make_crc32c_table();
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < size; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
 
 uint32_t masked_crc32c(const void* data, size_t size) {
   const uint32_t c = crc32c(data, size);

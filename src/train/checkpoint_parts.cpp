@@ -263,6 +263,16 @@ void ResumeConfigCheck::check(const CheckpointReader& r) const {
       throw CheckpointMismatch(fmt::format("resuming '{}': config key '{}' is {} in the checkpoint's run and {} "
                                            "now; add resume_allow={} to continue the run on other data",
                                            r.path(), key, then[key].dump(), now_[key].dump(), key));
+  // The same data_mix file with other contents is another blend.
+  if (!differs("data_mix") && allowed_.count("data_mix") == 0 && r.has_attr("", "data_mix_blend")) {
+    const std::string was = r.attr_str("", "data_mix_blend");
+    const std::string is = data_mix_blend(now_.value("data_mix", std::string()), now_.value("data_dir", std::string()));
+    if (was != is)
+      throw CheckpointMismatch(fmt::format("resuming '{}': config key 'data_mix' ({}) held the blend '{}' in the "
+                                           "checkpoint's run and holds '{}' now; add resume_allow=data_mix to "
+                                           "continue the run on another blend",
+                                           r.path(), now_["data_mix"].dump(), was, is));
+  }
 }
 
 std::vector<ResumeChange> resume_changes(const nlohmann::json& checkpoint_config, const nlohmann::json& now) {
@@ -274,6 +284,18 @@ std::vector<ResumeChange> resume_changes(const nlohmann::json& checkpoint_config
   for (const char* key : {"data_dir", "data_mix"})
     if (checkpoint_config.contains(key) && checkpoint_config[key] != now.value(key, nlohmann::json()))
       out.push_back({key, checkpoint_config[key], now[key]});
+  // The same data_mix (a file) whose blend changed: listed with the blends
+  // (data_mix_blend: the checkpoint's, set by Checkpointer::load_file).
+  if (checkpoint_config.contains("data_mix_blend") && checkpoint_config.contains("data_mix") &&
+      checkpoint_config["data_mix"] == now.value("data_mix", nlohmann::json())) {
+    std::string is;
+    try {
+      is = data_mix_blend(now.value("data_mix", std::string()), now.value("data_dir", std::string()));
+    } catch (const ConfigError&) {
+      is = "(unreadable)";
+    }
+    if (checkpoint_config["data_mix_blend"] != is) out.push_back({"data_mix", checkpoint_config["data_mix_blend"], is});
+  }
   return out;
 }
 

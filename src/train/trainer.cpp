@@ -18,8 +18,6 @@
 #include "llmtrain/core/error.hpp"          // defines: Error, MPI_CHECK
 #include "llmtrain/core/fault.hpp"          // defines: fault::hit (named fault points for the tests)
 #include "llmtrain/core/log.hpp"            // defines: log::info (rank 0 only)
-#include "llmtrain/prediction/calibrate.hpp"      // defines: calibrate_device_profile (device_profile=calibrate)
-#include "llmtrain/record/prediction_check.hpp"  // defines: PredictionCheck, run_device_profile, kCalibrateProfile
 #include "llmtrain/data/loader.hpp"         // defines: TokenLoader, Batch, read_data_info
 #include "llmtrain/distributed/collectives.hpp"    // defines: Collectives, make_collectives
 #include "llmtrain/distributed/runtime.hpp"        // defines: Runtime (rank, device)
@@ -29,6 +27,7 @@
 #include "llmtrain/model/params.hpp"        // defines: parameter_table (checkpoint names and shapes)
 #include "llmtrain/model/transformer.hpp"   // defines: Transformer, ModelConfig
 #include "llmtrain/checkpoint/checkpoint.hpp"    // defines: Checkpointer, TrainState (HDF5 checkpoints, resume)
+#include "llmtrain/checkpoint/checkpoint_manager.hpp"  // defines: CheckpointManager (when to save; failed saves)
 #include "llmtrain/train/checkpoint_parts.hpp"  // defines: the state's parts in a checkpoint (Stateful)
 #include "llmtrain/record/device_memory.hpp"  // defines: count_cpu_allocations, allocated_bytes, available_memory
 #include "llmtrain/train/eval_full.hpp"     // defines: evaluate_full (eval_full=True)
@@ -37,7 +36,8 @@
 #include "llmtrain/train/precision.hpp"     // defines: AutocastGuard, compute_dtype
 #include "llmtrain/core/progress.hpp"      // defines: ProgressBar
 #include "llmtrain/record/run_log.hpp"       // defines: RunLog, start-up block
-#include "llmtrain/record/tensorboard.hpp"   // defines: make_tensorboard_follower
+#include "llmtrain/record/step_profiler.hpp"  // defines: StepProfiler (profile_steps: a trace of chosen steps)
+#include "llmtrain/record/run_record.hpp"    // defines: make_metrics_setup, make_run_environment, open_run_log, predict_run
 #include "llmtrain/train/schedule.hpp"      // defines: LrSchedule
 
 namespace llmtrain {
@@ -99,49 +99,24 @@ struct Trainer::Impl {
   LossScaler scaler{false};
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<RunLog> run_log;
-  // Checkpoints: every stateful part registered with the checkpointer.
-  std::unique_ptr<Checkpointer> checkpointer;
+  // Checkpoints: every stateful part registered with the checkpointer, whose
+  // manager owns when a save happens and what a failed one means.
+  std::unique_ptr<CheckpointManager> checkpoints;
   TrainState state;                          // state.iteration = the next iteration to run
   std::optional<LoadedCheckpoint> resumed;
-  int64_t last_saved_iteration = -1;
-  std::string async_reason;  // why the asynchronous save in flight was taken
-  std::string save_failure;                  // the last failed save, until a later one succeeds
   int64_t consecutive_bad_steps = 0;
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
   int64_t last_eval_tokens = 0;                         // predicted tokens of the last evaluate(), all ranks
+  nlohmann::json memory_plan;  // the memory model's peak per rank and what the device had at start-up
 
+  // The parts of a run, built in this order.
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(LrSchedule::from_config(c)) {
-    // 0. the watchdog: from here on a rank that stops arriving ends the job
-    rt.watchdog().start(WatchdogOptions::from_config(cfg));
+    rt.watchdog().start(WatchdogOptions::from_config(cfg));  // 0. a rank that stops arriving ends the job
     rt.watchdog().activity("start-up");
-    // 1. device and precision
-    device = rt.setup_device(cfg.device, cfg.num_threads);
-    if (device.is_cpu()) count_cpu_allocations();  // the run log's allocated_peak_bytes (CUDA: its allocator counts)
-    dtype = compute_dtype(cfg.dtype, device);
-    scaler = LossScaler(dtype == torch::kHalf);  // float16 needs loss scaling; bfloat16 does not
-    const std::string tf32 = enable_tf32(device);
-    // 2. data: the index tells the vocabulary; the loader checks block_size against
-    //    the shards before anything large is allocated
-    train_loader =
-        std::make_unique<TokenLoader>(LoaderOptions::from_config(cfg), rt, Split::train, device, /*stream=*/0);
-    data = train_loader->info();  // data_dir's, or the first of a data_mix (all share one tokenizer)
-    check_split_at_startup(Split::val);  // now, not at the first evaluation after training work
-    // 3. model, initialized identically on every rank from the seed
-    mcfg = ModelConfig::from_config(cfg, data.vocab_size);
-    if (mcfg.vocab_size < data.vocab_size)
-      throw ConfigError(fmt::format("config key 'vocab_size' ({}) is smaller than the data's vocabulary ({} in {})",
-                                    mcfg.vocab_size, data.vocab_size, cfg.data_dir));
-    mcfg.eos_id = document_eos(cfg, data);
-    if (!cfg.export_hf.empty()) check_hf_export_target(cfg.export_hf, mcfg);  // refused before any work
-    check_memory_fits(cfg, mcfg, rt.world_size(), available_memory(device, rt.local_size(), rt.hostname()));
-    torch::manual_seed(cfg.seed);
-    model = Transformer(mcfg);
-    model->init_weights(static_cast<uint64_t>(cfg.seed));
-    if (cfg.init_from.source == InitSource::hf) load_hf_checkpoint(*model, cfg.init_from.hf_dir);
-    model->to(device);
-    model->plan_attention(device, dtype);
-    // 4. parallelism, applied from outside the model
-    comm = make_collectives(rt, device);
+    const std::string tf32 = setup_device();                  // 1. device and precision
+    setup_data();                                             // 2. loader, vocabulary, val split checked
+    build_model();                                            // 3. memory check, model, attention plan
+    comm = make_collectives(rt, device);                      // 4. parallelism, applied from outside the model
     strategy = make_strategy(StrategyOptions::from_config(cfg), model, *comm);
     // 5. checkpoints: every stateful part saves and loads its own piece of one
     //    file (weights and optimizer shards, counters, loss scale, data position,
@@ -149,47 +124,78 @@ struct Trainer::Impl {
     state.best_val_loss = std::numeric_limits<double>::infinity();
     register_checkpoint_parts();
     if (cfg.init_from.source == InitSource::resume) resume();
-    // 6. metrics and the run log (rank 0 writes)
-    MetricsSetup setup;
-    setup.flops_per_token = mcfg.flops_per_token();
-    setup.flops_per_token_6n = mcfg.flops_per_token_6n();
-    setup.tokens_per_iter = cfg.tokens_per_iter(rt.world_size());
-    setup.num_devices = rt.world_size();
-    setup.peak = resolve_peak(rt.device_name(), cfg.dtype, cfg.peak_tflops,
-                              tf32_matmuls_enabled(device) ? Fp32Matmuls::tf32 : Fp32Matmuls::ieee);
-    setup.device = device;
+    open_record(tf32);                                        // 6. metrics and the run log (rank 0 writes)
+  }
+
+  // The rank's device, the compute dtype and float16's loss scaler. Returns
+  // what TF32 was set to, for the start-up block.
+  std::string setup_device() {
+    device = rt.setup_device(cfg.device, cfg.num_threads);
+    if (device.is_cpu()) count_cpu_allocations();  // the run log's allocated_peak_bytes (CUDA: its allocator counts)
+    dtype = compute_dtype(cfg.dtype, device);
+    scaler = LossScaler(dtype == torch::kHalf);  // float16 needs loss scaling; bfloat16 does not
+    return enable_tf32(device);
+  }
+
+  // The index tells the vocabulary; the loader checks block_size against the
+  // shards before anything large is allocated.
+  void setup_data() {
+    train_loader =
+        std::make_unique<TokenLoader>(LoaderOptions::from_config(cfg), rt, Split::train, device, /*stream=*/0);
+    data = train_loader->info();  // data_dir's, or the first of a data_mix (all share one tokenizer)
+    check_split_at_startup(Split::val);  // now, not at the first evaluation after training work
+  }
+
+  // The model, initialized identically on every rank from the seed, once the
+  // memory model says the run fits.
+  void build_model() {
+    mcfg = ModelConfig::from_config(cfg, data.vocab_size);
+    if (mcfg.vocab_size < data.vocab_size)
+      throw ConfigError(fmt::format("config key 'vocab_size' ({}) is smaller than the data's vocabulary ({} in {})",
+                                    mcfg.vocab_size, data.vocab_size, cfg.data_dir));
+    mcfg.eos_id = document_eos(cfg, data);
+    if (!cfg.export_hf.empty()) check_hf_export_target(cfg.export_hf, mcfg);  // refused before any work
+    const AvailableMemory available = available_memory(device, rt.local_size(), rt.hostname());
+    check_memory_fits(cfg, mcfg, rt.world_size(), available);
+    memory_plan = {{"plan_bytes", estimate_memory(mcfg, MemoryInputs::from_config(cfg, rt.world_size()), cfg.strategy())
+                                      .total()},
+                   {"capacity_bytes", available.bytes},
+                   {"capacity_source", available.source}};  // startup_info.memory (the report's memory figure)
+    torch::manual_seed(cfg.seed);
+    model = Transformer(mcfg);
+    model->init_weights(static_cast<uint64_t>(cfg.seed));
+    if (cfg.init_from.source == InitSource::hf) load_hf_checkpoint(*model, cfg.init_from.hf_dir);
+    model->to(device);
+    model->plan_attention(device, dtype);
+  }
+
+  // Metrics, the run log with its start-up block and the predicted step
+  // (record/run_record.hpp).
+  void open_record(const std::string& tf32) {
+    const MetricsSetup setup = make_metrics_setup(cfg, mcfg, rt, device, tf32_matmuls_enabled(device));
     metrics = std::make_unique<Metrics>(setup, comm.get());  // waits on collectives in a phase = communication
-    RunEnvironment env;
-    env.world_size = rt.world_size();
-    env.num_nodes = rt.num_nodes();
-    env.hostname = rt.hostname();
-    env.hostnames = rt.all_hostnames();
-    env.device_names = rt.all_device_names();
-    env.device_type = device.is_cuda() ? "cuda" : "cpu";
-    env.threads_per_rank = rt.num_threads();
-    env.attention_backend_used = to_string(model->attention_backend_used());
-    env.attention_kernel = model->attention_kernel_used();
-    env.precision = fmt::format("{}{}; {}{}{}", to_string(cfg.dtype),
-                                scaler.enabled() ? " with dynamic loss scaling" : "", tf32,
-                                cfg.param_dtype == ParamDtype::bfloat16
-                                    ? "; bfloat16 parameters and gradients, fp32 master weights"
-                                    : "",
-                                cfg.reduce_dtype == ReduceDtype::bfloat16 ? "; bfloat16 gradient reductions" : "");
-    env.parallelism = fmt::format("{} over {} ({} B optimizer state on rank 0)", strategy->name(), comm->name(),
-                                  strategy->optimizer_state_bytes());
-    run_log = std::make_unique<RunLog>(cfg.out_dir, rt.is_root());
-    if (!cfg.tensorboard_dir.empty() && rt.is_root())
-      run_log->add_follower(make_tensorboard_follower(cfg.tensorboard_dir));
+    metrics->report_activity_to(&rt.watchdog());             // each phase is the rank's activity too
+    RunChoices choices;
+    choices.attention_backend = to_string(model->attention_backend_used());
+    choices.attention_kernel = model->attention_kernel_used();
+    choices.loss_scaling = scaler.enabled();
+    choices.tf32 = tf32;
+    choices.parallelism = fmt::format("{} over {} ({} B optimizer state on rank 0)", strategy->name(), comm->name(),
+                                      strategy->optimizer_state_bytes());
+    const RunEnvironment env = make_run_environment(cfg, rt, device, choices);
+    run_log = open_run_log(cfg, rt.is_root());
     auto startup = make_startup_info(cfg, mcfg, env, setup);
+    startup["memory"] = memory_plan;
     if (resumed)
       startup["resumed_from"] = {{"checkpoint", resumed->path},
                                  {"iteration", resumed->state.iteration},
                                  {"world_size", resumed->world_size},
                                  {"strategy", resumed->strategy}};
-    predict_run(startup);
+    prediction = predict_run(cfg, mcfg, rt, startup);
     if (resumed) startup["resume_changes"] = resume_changes_json;
     run_log->set_startup_info(std::move(startup));
     run_log->flush(/*force=*/true);
+    checkpoints->record_to(*run_log);
     // How the run's record survives its end: another rank's fatal error is
     // recorded here (rank 0) before the job is aborted, and a stop signal
     // flushes the log at once (mpirun kills the ranks about a second after
@@ -205,8 +211,8 @@ struct Trainer::Impl {
   void register_checkpoint_parts() {
     const std::string tokenizer = data.tokenizer_hash.empty() ? data.tokenizer
                                                               : data.tokenizer + " " + data.tokenizer_hash;
-    checkpointer = std::make_unique<Checkpointer>(cfg.out_dir, cfg.keep_last, rt,
-                                                  CheckpointRun{strategy->name(), cfg.to_json(), tokenizer});
+    auto checkpointer = std::make_unique<Checkpointer>(cfg.out_dir, cfg.keep_last, rt,
+                                                       CheckpointRun{strategy->name(), cfg.to_json(), tokenizer});
     checkpointer->add(std::make_unique<ResumeConfigCheck>(cfg.to_json(), cfg.resume_allow, tokenizer));  // first
     checkpointer->add(std::make_unique<StrategyCheckpoint>(parameter_table(mcfg), *strategy));
     checkpointer->add(std::make_unique<TrainStateCheckpoint>(state));
@@ -216,20 +222,21 @@ struct Trainer::Impl {
                                     cfg.gradient_accumulation_steps}));
     checkpointer->add(std::make_unique<ScheduleCheckpoint>(schedule));
     checkpointer->add(std::make_unique<RngCheckpoint>(device));
+    checkpoints = std::make_unique<CheckpointManager>(std::move(checkpointer), CheckpointPolicy::from_config(cfg),
+                                                      rt.watchdog());
   }
 
   // Loads the newest loadable checkpoint of out_dir: any world size and strategy
   // can continue what any other wrote; the same world size and strategy
   // continue bit-exactly.
   void resume() {
-    resumed = checkpointer->load_latest();  // every part: state, scaler, loader position, RNG, weights
+    resumed = checkpoints->load_latest();  // every part: state, scaler, loader position, RNG, weights
     if (!resumed)
       throw ConfigError(fmt::format(
           "init_from=resume: no checkpoint in '{}' (runs write one at evaluations that improve val loss, "
           "with always_save_checkpoint=True, every checkpoint_interval iterations and on a stop signal)",
-          checkpointer->dir()));
+          checkpoints->checkpointer().dir()));
     resumed->state = state;  // the counters the file held, as TrainStateCheckpoint loaded them
-    last_saved_iteration = state.iteration;
     log::info("resumed from {} at iteration {} (written by {} on {} rank(s))", resumed->path, state.iteration,
               resumed->strategy, resumed->world_size);
     for (const auto& c : resume_changes(resumed->config, cfg.to_json()))
@@ -242,63 +249,6 @@ struct Trainer::Impl {
     log::info("resume changes (applied from iteration {} on): {}", state.iteration, text);
   }
   nlohmann::json resume_changes_json = nlohmann::json::array();  // resume_changes: keys that differ from the checkpoint's run
-
-  // Saves the training state after state.iteration iterations (once per
-  // iteration). With checkpoint_async, saves that allow it (evaluations,
-  // checkpoint_interval) only take the snapshot here; their outcome is recorded
-  // when the next save or the end of the run waits for them. Returns the path
-  // ("" for an asynchronous save still being written).
-  std::string save_checkpoint(const char* why, bool may_async = false) {
-    collect_async_save();
-    const std::string dir_latest = checkpointer->latest_path();
-    if (last_saved_iteration == state.iteration && !dir_latest.empty()) return dir_latest;
-    rt.watchdog().activity(fmt::format("checkpoint save after iteration {} ({})", state.iteration, why));
-    const auto t0 = std::chrono::steady_clock::now();
-    if (may_async && cfg.checkpoint_async) {
-      checkpointer->save_async(state.iteration);
-      async_reason = why;
-      last_saved_iteration = state.iteration;
-      return "";
-    }
-    std::string path;
-    try {
-      path = checkpointer->save(state.iteration);
-    } catch (const CheckpointSaveFailed& e) {  // on every rank together; nothing half-written is left
-      save_failure = e.what();
-      run_log->add_event({{"iter", state.iteration}, {"kind", "checkpoint_failed"}, {"message", save_failure}});
-      log::warn("{}; training goes on, the next save retries", save_failure);
-      return "";
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    last_saved_iteration = state.iteration;
-    save_failure.clear();
-    run_log->add_checkpoint({{"iter", state.iteration}, {"path", path}, {"reason", why}, {"seconds", seconds}});
-    log::info("checkpoint {} ({}, {:.2f} s)", path, why, seconds);
-    return path;
-  }
-
-  // Waits for the asynchronous save in flight, if any, and records it. Every
-  // rank calls it at the same points and gets the same outcome. A failed save
-  // is a warning: training goes on and the next save retries.
-  void collect_async_save() {
-    const auto r = checkpointer->wait();
-    if (!r) return;
-    if (!r->error.empty()) {
-      if (last_saved_iteration == r->iteration) last_saved_iteration = -1;
-      save_failure = r->error;
-      const std::string msg = fmt::format("the asynchronous checkpoint after iteration {} failed; training goes on "
-                                          "and the next save retries: {}", r->iteration, r->error);
-      run_log->add_event({{"iter", r->iteration}, {"kind", "checkpoint_failed"}, {"message", msg}});
-      log::warn("{}", msg);
-      return;
-    }
-    save_failure.clear();
-    run_log->add_checkpoint({{"iter", r->iteration}, {"path", r->path}, {"reason", async_reason},
-                             {"seconds", r->snapshot_seconds}, {"async", true},
-                             {"write_seconds", r->write_seconds}});
-    log::info("checkpoint {} ({}, asynchronous: {:.2f} s blocking, {:.2f} s written in the background)", r->path,
-              async_reason, r->snapshot_seconds, r->write_seconds);
-  }
 
   // A split that cannot give one window of block_size + 1 tokens (empty, or
   // shards too short) fails here with the loader's message.
@@ -315,18 +265,6 @@ struct Trainer::Impl {
     return t.item<double>() / static_cast<double>(comm->world_size());
   }
 
-  // The stop signal seen by any rank (0 = none; SIGTERM wins over SIGUSR1): all
-  // ranks stop after the same iteration.
-  int stop_signal_any_rank() {
-    rt.watchdog().activity("stop-signal check (allreduce)");
-    const int mine = Runtime::stop_signal();
-    auto t = torch::tensor({mine == SIGUSR1 ? 1.0 : 0.0, mine == SIGTERM ? 1.0 : 0.0},
-                           torch::TensorOptions().dtype(torch::kDouble))
-                 .to(device);
-    comm->allreduce_sum(t);
-    const auto seen = t.cpu();
-    return seen[1].item<double>() > 0 ? SIGTERM : seen[0].item<double>() > 0 ? SIGUSR1 : 0;
-  }
 
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() {
     std::vector<std::pair<std::string, torch::Tensor>> out;
@@ -387,7 +325,7 @@ struct Trainer::Impl {
     if (rt.is_root())
       log::info("{}", export_hf(cfg.export_hf, mcfg, named_parameters(),
                                 {data.eos_id, data.tokenizer, data.tokenizer_hash}));
-    mean_over_ranks(0.0);  // a barrier through the run's collectives
+    rt.barrier();  // no rank leaves before the directory is complete
   }
 
   // ---- TRAINING STEP BEGIN ----
@@ -399,7 +337,7 @@ struct Trainer::Impl {
     const torch::Tensor loss_sum = forward_backward(iter);    // accum micro-batches; DDP reduces in the last
     reduce_gradients(iter);                                   // gradients now averaged over ranks
     const double scale = scaler.scale();                      // float16's loss scale (1 otherwise)
-    const double loss = mean_over_ranks(loss_sum.item<double>());  // the same on every rank
+    const double loss = reduce_loss(iter, loss_sum);          // the same on every rank
     const Update u = update(iter, lr, loss, scale);           // norm, clip, AdamW; or no update on any rank
     sync_device(device);
     IterationMetrics it = metrics->end_iter(iter, loss, lr, u.grad_norm, u.grad_stats);
@@ -414,7 +352,7 @@ struct Trainer::Impl {
 
   void begin_iteration(int64_t iter) {
     rt.watchdog().iteration_begin(iter);
-    rt.watchdog().activity(fmt::format("iteration {}: data, forward/backward", iter));
+    rt.watchdog().activity(fmt::format("iteration {}: start (device synchronize)", iter));
     if (fault::hit(fault::Point::fail_iteration, rt.rank(), iter))
       throw Error(fmt::format("injected failure at iteration {} ({})", iter,
                               fault::env_name(fault::Point::fail_iteration)));
@@ -434,10 +372,11 @@ struct Trainer::Impl {
     for (int64_t micro = 0; micro < accum; ++micro) {
       Batch batch;
       {
-        auto t = metrics->phase(Phase::data);
+        auto t = metrics->phase(Phase::data, fmt::format("iteration {}: data, micro-batch {}/{}", iter, micro + 1, accum));
         batch = train_loader->next();                         // (B, T) x and y
       }
-      auto t = metrics->phase(Phase::forward_backward);
+      auto t = metrics->phase(Phase::forward_backward,
+                              fmt::format("iteration {}: forward/backward, micro-batch {}/{}", iter, micro + 1, accum));
       torch::Tensor loss;
       {
         AutocastGuard autocast(device, dtype);
@@ -455,9 +394,18 @@ struct Trainer::Impl {
   // Waits for the gradient reductions still in flight: what did not overlap
   // the backward is the iteration's Phase::communication.
   void reduce_gradients(int64_t iter) {
-    rt.watchdog().activity(fmt::format("iteration {}: gradient reduction", iter));
-    auto t = metrics->phase(Phase::communication);
+    auto t = metrics->phase(Phase::communication, fmt::format("iteration {}: gradient reduction", iter));
     strategy->finish_gradients();
+  }
+
+  // The iteration's loss, averaged over ranks (Phase::communication: a rank
+  // that arrives late is waited for here).
+  double reduce_loss(int64_t iter, const torch::Tensor& loss_sum) {
+    const double mine = loss_sum.item<double>();
+    if (fault::hit(fault::Point::slow_loss_reduce, rt.rank(), iter))
+      std::this_thread::sleep_for(std::chrono::milliseconds(fault::value(fault::Point::slow_loss_reduce)));
+    auto t = metrics->phase(Phase::communication, fmt::format("iteration {}: loss allreduce", iter));
+    return mean_over_ranks(mine);
   }
 
   // What the optimizer part of an iteration did.
@@ -474,8 +422,7 @@ struct Trainer::Impl {
   // the same branch. The sharded strategies' norm allreduce and parameter
   // gathers count as communication.
   Update update(int64_t iter, double lr, double loss, double scale) {
-    auto t = metrics->phase(Phase::optimizer);
-    rt.watchdog().activity(fmt::format("iteration {}: gradient norm, optimizer step, loss allreduce", iter));
+    auto t = metrics->phase(Phase::optimizer, fmt::format("iteration {}: gradient norm, optimizer step", iter));
     Update u;
     const double scaled_norm = strategy->grad_norm();
     u.grad_norm = scaled_norm / scale;
@@ -528,37 +475,6 @@ struct Trainer::Impl {
     return result;
   }
 
-  // The predicted step (prediction/cost_model.hpp) for this run's layout and
-  // device profile, printed and kept in startup_info.prediction.
-  void predict_run(nlohmann::json& startup) {
-    std::string why;
-    std::optional<DeviceProfile> profile;
-    if (cfg.device_profile == kCalibrateProfile) {
-      // device_profile=calibrate: the machine as this run finds it, measured
-      // by every rank together just before the first step.
-      rt.watchdog().activity("start-up: calibrating the device profile (device_profile=calibrate)");
-      DeviceProfile measured;
-      const std::string file = calibrate_device_profile(cfg, rt, &measured);
-      measured.source = fmt::format("calibrate: measured by this run before its first step{}",
-                                    file.empty() ? std::string() : fmt::format(" (written to {})", file));
-      profile = std::move(measured);
-      log::info("device profile measured by this run (device_profile=calibrate): {}", profile->name);
-    } else {
-      profile = run_device_profile(cfg, rt.device_name(), &why);
-    }
-    if (!profile) {
-      startup["prediction"] = {{"unknown", why}};
-      log::info("predicted step: unknown ({})", why);
-      return;
-    }
-    const WorldLayout world{rt.world_size(), rt.local_size()};
-    prediction.emplace(predict_step(RunShape::from_config(cfg, mcfg), world, *profile));
-    startup["prediction"] = prediction_json(prediction->predicted());
-    startup["prediction"]["profile"] = device_profile_json(*profile);
-    startup["prediction"]["profile"]["source"] = profile->source;
-    log::info("{}", format_prediction(prediction->predicted(), world));
-  }
-
   // The iteration's run-log record, and its self-check failures as errors.
   void record_iteration(const IterationMetrics& it) {
     if (prediction)
@@ -590,7 +506,7 @@ struct Trainer::Impl {
     log::warn("{}", msg);
     if (consecutive_bad_steps < cfg.max_bad_steps) return;
     run_log->flush(/*force=*/true);
-    const std::string good = checkpointer->latest_path();
+    const std::string good = checkpoints->latest_path();
     throw Error(fmt::format("training diverged: {} non-finite steps in a row up to iteration {} (lr {:.3e}); "
                             "the last good checkpoint is {}; lower learning_rate or raise warmup_iters and "
                             "resume from it (init_from=resume)",
@@ -598,8 +514,8 @@ struct Trainer::Impl {
                             good.empty() ? std::string("none (no checkpoint was written)") : good));
   }
 
-  // Train and val loss after state.iteration iterations; as the seeds: save
-  // when val improves, or at every evaluation if asked.
+  // Train and val loss after state.iteration iterations; the checkpoint
+  // manager saves when val improved, or at every evaluation if asked.
   void evaluate_and_checkpoint(TrainResult& result, Console& console) {
     result.final_train_loss = evaluate(Split::train);
     result.final_val_loss = evaluate(Split::val);
@@ -609,16 +525,7 @@ struct Trainer::Impl {
                             result.final_train_loss, result.final_val_loss));
     const bool improved = result.final_val_loss < state.best_val_loss;
     if (improved) state.best_val_loss = result.final_val_loss;
-    if (improved || cfg.always_save_checkpoint) save_checkpoint(improved ? "val loss improved" : "evaluation", /*may_async=*/true);
-    run_log->flush(/*force=*/true);
-  }
-
-  // Every checkpoint_interval iterations, except during a run of bad steps: the
-  // last checkpoint stays the last good state.
-  void checkpoint_on_interval(const IterationMetrics& it) {
-    if (cfg.checkpoint_interval <= 0 || state.iteration % cfg.checkpoint_interval != 0 || !it.bad_step.empty())
-      return;
-    save_checkpoint("checkpoint_interval", /*may_async=*/true);
+    checkpoints->after_evaluation(state.iteration, improved);
     run_log->flush(/*force=*/true);
   }
 
@@ -626,10 +533,11 @@ struct Trainer::Impl {
   // every rank checkpoints and leaves with the requeue code; the requeued job
   // resumes from here. Returns whether the run stops.
   bool stop_on_signal(TrainResult& result, Console& console) {
-    const int sig = stop_signal_any_rank();
+    rt.watchdog().activity("stop-signal check (MPI allreduce on the host)");
+    const int sig = rt.stop_signal_any_rank();  // all ranks stop after the same iteration
     if (!sig) return false;
     result.stopped_by_signal = sig;
-    result.checkpoint = save_checkpoint("stop signal");
+    result.checkpoint = checkpoints->on_stop_signal(state.iteration);
     const std::string msg = fmt::format("stopped by signal {} after iteration {} of {}; checkpoint {} (resume "
                                         "with init_from=resume)",
                                         sig, state.iteration, cfg.max_iters, result.checkpoint);
@@ -658,11 +566,7 @@ struct Trainer::Impl {
   // stopped the run early.
   TrainResult finish_run(TrainResult result) {
     rt.watchdog().activity("end of the run: summary, run log");
-    if (checkpointer) collect_async_save();  // the run ends when its last checkpoint is on disk
-    if (!save_failure.empty()) {  // the run's last state is in no checkpoint: not a success
-      run_log->flush(/*force=*/true);
-      throw Error(fmt::format("the run's last checkpoint could not be saved: {}", save_failure));
-    }
+    checkpoints->finish();  // the last checkpoint on disk; throws when the run's last state is in none
     const auto summary = metrics->summary(cfg.warmup_report_iters);
     auto s = summary;
     s["bad_steps"] = state.bad_steps;
@@ -714,9 +618,12 @@ TrainResult Trainer::run_loop() {
   if (cfg.eval_only) return m.evaluate_only();
   TrainResult result;
   Console console(m.state.iteration, cfg.max_iters);
+  StepProfiler profiler(cfg, m.rt.rank(), m.device);          // profile_steps: out_dir/profile/
   for (int64_t iter = m.state.iteration; iter < cfg.max_iters; ++iter) {
     console.bar().step_started(iter);                         // a long step shows its time on a terminal
+    profiler.before_step(iter);
     const IterationMetrics it = m.train_step(iter);
+    profiler.after_step(iter);
     m.state.iteration = iter + 1;
     m.record_iteration(it);                                   // run log, self-check failures
     m.count_bad_step(it);                                     // max_bad_steps in a row end the run
@@ -728,7 +635,7 @@ TrainResult Trainer::run_loop() {
       m.evaluate_and_checkpoint(result, console);             // checkpoint when val improved
     else
       m.run_log->flush();
-    m.checkpoint_on_interval(it);
+    m.checkpoints->after_iteration(m.state.iteration, !it.bad_step.empty());  // checkpoint_interval
     result.iterations = iter + 1 - (m.resumed ? m.resumed->state.iteration : 0);
     if (m.stop_on_signal(result, console)) break;             // SIGUSR1/SIGTERM: checkpoint, exit 124
   }

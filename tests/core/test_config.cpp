@@ -248,3 +248,56 @@ TEST(Config, AnUnreadableConfigFileNamesTheOsError) {
   EXPECT_NE(m.find("/nonexistent/llmtrain.cfg"), std::string::npos) << m;
   EXPECT_NE(m.find("No such file or directory"), std::string::npos) << m;
 }
+
+// Issue 49: what a new user tripped on.
+TEST(Config, AUtf8ByteOrderMarkIsNotPartOfTheFirstKey) {
+  const auto path = write_cfg("bom.cfg", "\xEF\xBB\xBFmax_iters = 7\nbatch_size = 3\n");
+  const CommandLine cl = parse({path});
+  EXPECT_EQ(cl.config.max_iters, 7);
+  EXPECT_EQ(cl.config.batch_size, 3);
+}
+
+TEST(Config, AnEmptyValueAfterTheEqualSignClearsAStringKey) {
+  const auto path = write_cfg("mix.cfg", "data_mix = 0.5 data/a 0.5 data/b\n");
+  EXPECT_EQ(parse({path}).config.data_mix, "0.5 data/a 0.5 data/b");
+  const CommandLine cl = parse({path, "--data_mix="});
+  EXPECT_EQ(cl.config.data_mix, "");
+  // A number key given nothing is refused naming the key, not Boost's syntax.
+  const std::string e = error_of([&] { parse({"--max_iters="}); });
+  EXPECT_NE(e.find("max_iters"), std::string::npos) << e;
+  EXPECT_EQ(e.find("equal sign"), std::string::npos) << e;
+}
+
+TEST(Config, DescribeFlagsWithoutDescribeAreRefused) {
+  for (const char* flag : {"--describe_format=json", "--describe_memory_gib=80", "--describe_world_size=4",
+                           "--describe_ranks_per_node=2", "--describe_device=h200"}) {
+    const std::string e = error_of([&] { parse({flag}); });
+    const std::string name = std::string(flag).substr(2, std::string(flag).find('=') - 2);
+    EXPECT_NE(e.find("--" + name + " is an option of --describe"), std::string::npos) << flag << ": " << e;
+    EXPECT_NO_THROW(parse({"--describe", flag})) << flag;
+  }
+}
+
+TEST(Config, EvalFullWithADataMixIsRefused) {
+  Config c;
+  c.data_mix = "1 data/a 1 data/b";
+  c.eval_full = true;
+  const std::string e = error_of([&] { c.validate(); });
+  EXPECT_NE(e.find("'eval_full'"), std::string::npos) << e;
+  EXPECT_NE(e.find("'data_mix'"), std::string::npos) << e;
+  c.eval_full = false;
+  EXPECT_NO_THROW(c.validate());
+}
+
+TEST(Config, SelectiveCheckpointingPastTheLastLayerIsRefused) {
+  Config c;
+  c.n_layer = 4;
+  c.activation_checkpointing = llmtrain::ActivationCheckpointing::selective;
+  c.activation_checkpointing_every = 4;  // block 3 is recomputed
+  EXPECT_NO_THROW(c.validate());
+  c.activation_checkpointing_every = 5;  // none would be
+  const std::string e = error_of([&] { c.validate(); });
+  EXPECT_NE(e.find("'activation_checkpointing_every' (5) exceeds n_layer (4)"), std::string::npos) << e;
+  c.activation_checkpointing = llmtrain::ActivationCheckpointing::none;  // not used: not judged
+  EXPECT_NO_THROW(c.validate());
+}

@@ -266,6 +266,10 @@ TEST(DataLoader, DataMixParsing) {
   EXPECT_EQ(s[0].weight, 1.0);
   s = parse_data_mix("2 A 6 B", "");  // normalized
   EXPECT_NEAR(s[0].weight, 0.25, 1e-12);
+  s = parse_data_mix("1e308 A 1e308 B", "");  // their sum overflows: still half and half (issue 49)
+  EXPECT_EQ(s[0].weight, 0.5);
+  EXPECT_EQ(s[1].weight, 0.5);
+  EXPECT_EQ(llmtrain::data_mix_blend("1e308 A 1.5e308 B", ""), "0.4 A 0.6 B");
   // A file holding the same, with comments and newlines.
   const auto dir = fresh_dir("loader_mix_file");
   if (runtime().rank() == 0) std::ofstream(dir / "mix.txt") << "# pretraining mix\n0.5 A  # web\n0.5\tB\n";

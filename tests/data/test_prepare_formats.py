@@ -14,6 +14,12 @@ tools (JSONL). Every format must give exactly the tokens of the .txt files.
            SlimPajama-6B's (train-*-of-*.parquet: text, meta, __index_level_0__).
   errors   a missing column, a corrupt Parquet / Arrow / .jsonl.zst / .jsonl.gz
            file: one-line errors naming the file (and the column).
+  inputs   what enters training (issue 49): a `datasets` folder whose state.json lists
+           no data files is refused (not read as text); a save_to_disk folder nested in
+           an input directory gives its rows, never its JSON files; a file named twice is
+           refused; a 0-byte .parquet beside a good one is skipped with a warning (an
+           error when named); --ext takes compound suffixes (.jsonl.zst) and a
+           directory with no such file is named.
 
 Usage: test_prepare_formats.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -258,5 +264,73 @@ def case_errors():
     expect_error("jsonl_field", [nofield], nofield + ":1", '"body"', args=("--text_field", "body"))
 
 
-{"formats": case_formats, "errors": case_errors}[case]()
+def eos_count(data):
+    return int((tokens(data) == 50256).sum())
+
+
+def case_inputs():
+    import datasets
+
+    docs = documents(2)
+    txt = write_txt(docs)
+    # A save_to_disk folder with no data files: refused, not two JSON "documents".
+    empty = os.path.join(work, "empty_saved")
+    datasets.Dataset.from_dict({"text": docs[:3]}).save_to_disk(empty)
+    with open(os.path.join(empty, "state.json")) as f:
+        state = json.load(f)
+    state["_data_files"] = []
+    with open(os.path.join(empty, "state.json"), "w") as f:
+        json.dump(state, f)
+    for fn in os.listdir(empty):
+        if fn.endswith(".arrow"):
+            os.remove(os.path.join(empty, fn))
+    expect_error("empty_save_to_disk", [empty], os.path.join(empty, "state.json"), "lists no data files")
+
+    # A save_to_disk folder inside an input directory: its rows, not its JSON files.
+    tree = os.path.join(work, "tree")
+    os.makedirs(tree)
+    datasets.Dataset.from_dict({"text": docs[:5]}).save_to_disk(os.path.join(tree, "saved"), num_shards=2)
+    os.rename(txt, os.path.join(tree, "txt"))
+    txt = os.path.join(tree, "txt")
+    prepare(os.path.join(work, "out_tree"), tree, args=("--val_fraction", "0"))
+    prepare(os.path.join(work, "out_parts"), os.path.join(tree, "saved"), txt, args=("--val_fraction", "0"))
+    got, want = tokens(os.path.join(work, "out_tree")), tokens(os.path.join(work, "out_parts"))
+    if not np.array_equal(got, want) or eos_count(os.path.join(work, "out_tree")) != 5 + len(docs):
+        fail(f"nested save_to_disk: {len(got)} tokens, {eos_count(os.path.join(work, 'out_tree'))} documents; "
+             f"expected {len(want)} tokens, {5 + len(docs)} documents (the folder's rows and the .txt files)")
+    print(f"nested save_to_disk folder: its 5 rows and {len(docs)} .txt files, no JSON document")
+
+    # The same file twice (named twice; named and found in its directory).
+    one = os.path.join(txt, "doc_00000.txt")
+    expect_error("named_twice", [one, one], one, "given twice")
+    expect_error("named_and_listed", [txt, one], "doc_00000.txt", "given twice")
+
+    # A 0-byte .parquet beside a good one: skipped with a warning; named: an error.
+    pq_dir = os.path.join(work, "pq_dir")
+    os.makedirs(pq_dir)
+    pq.write_table(pa.table({"text": docs}), os.path.join(pq_dir, "a.parquet"))
+    zero = os.path.join(pq_dir, "b.parquet")
+    open(zero, "wb").close()
+    p = prepare(os.path.join(work, "out_pq_dir"), pq_dir, args=("--val_fraction", "0"))
+    if not any("skipped input" in ln and zero in ln and "0-byte" in ln for ln in p.stdout.splitlines()):
+        fail("a 0-byte .parquet in an input directory was taken without a word", p.stdout)
+    if eos_count(os.path.join(work, "out_pq_dir")) != len(docs):
+        fail("the good .parquet beside the 0-byte one did not give its documents")
+    print("0-byte .parquet in a directory: skipped with a warning naming it")
+    expect_error("zero_byte_parquet", [zero], zero, "0 bytes")
+
+    # --ext with a compound suffix; a directory with no such file.
+    zdir = os.path.join(work, "zdir")
+    os.makedirs(zdir)
+    os.rename(write_zstd_jsonl(docs), os.path.join(zdir, "docs.jsonl.zst"))
+    with open(os.path.join(zdir, "notes.zst"), "wb") as f:
+        f.write(b"not jsonl")
+    prepare(os.path.join(work, "out_ext"), zdir, args=("--val_fraction", "0", "--ext", ".jsonl.zst"))
+    if eos_count(os.path.join(work, "out_ext")) != len(docs):
+        fail("--ext .jsonl.zst did not take exactly docs.jsonl.zst")
+    print("--ext .jsonl.zst: the compressed JSONL file, not notes.zst")
+    expect_error("ext_none", [zdir], zdir, "no files whose names end in .jsonl.gz", args=("--ext", ".jsonl.gz"))
+
+
+{"formats": case_formats, "errors": case_errors, "inputs": case_inputs}[case]()
 print("PASSED")

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "llmtrain/core/activity_note.hpp"     // defines: ActivityNote (a file being opened)
 #include "llmtrain/distributed/watchdog.hpp"
 #include "test_util.hpp"
 
@@ -156,6 +157,8 @@ TEST(Watchdog, RankZeroHearsWhatAStuckRankIsDoing) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5000);
   if (rt.rank() == 1) {
     w.activity("sleeping on purpose");
+    // What a rank blocked in H5Fopen looks like (issue 49): the loop's phase and the file.
+    const llmtrain::ActivityNote note("opening /data/train_00000.h5");
     std::this_thread::sleep_until(until);
   } else {
     while (std::chrono::steady_clock::now() < until) {
@@ -169,7 +172,33 @@ TEST(Watchdog, RankZeroHearsWhatAStuckRankIsDoing) {
   if (rt.rank() == 0) {
     std::lock_guard<std::mutex> lock(mu);
     EXPECT_TRUE(has(fired, "rank 1 is waiting")) << fired;
-    EXPECT_TRUE(has(fired, "'sleeping on purpose'")) << fired;
+    EXPECT_TRUE(has(fired, "'sleeping on purpose: opening /data/train_00000.h5'")) << fired;
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A file open that never returns while the loop says nothing (idle, e.g. before
+// the first iteration) is judged on its own and named (issue 49: a stale Open MPI
+// semaphore blocked H5Fopen for ever).
+TEST(Watchdog, AFileOpenIsJudgedAndNamedWhenTheLoopIsIdle) {
+  std::mutex mu;
+  std::string fired;
+  Watchdog w(0, 1, false);
+  WatchdogOptions o;
+  o.timeout_s = 0.5;
+  o.heartbeat_s = 0.05;
+  o.on_timeout = [&](const std::string& m) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (fired.empty()) fired = m;
+  };
+  w.start(o);
+  w.idle();
+  {
+    const llmtrain::ActivityNote note("creating /ckpt/.ckpt_3.h5.tmp");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  }
+  w.stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_TRUE(has(fired, "rank(s) 0 stuck")) << fired;
+  EXPECT_TRUE(has(fired, "'creating /ckpt/.ckpt_3.h5.tmp'")) << fired;
 }

@@ -232,6 +232,32 @@ TEST(Describe, JsonHasEveryNumber) {
   for (const char* sec : {"model", "parameters", "flops", "memory"}) EXPECT_TRUE(j.contains(sec)) << sec;
 }
 
+// Issue 49: a memory no device has (the search's bound would be the "answer")
+// and more ranks per node than the job has are refused, naming the flag.
+TEST(Describe, RefusesAnswersItCannotGive) {
+  auto c = load_preset("full_llama_1.36b");
+  llmtrain::DescribeOptions o;
+  o.world_size = 4;
+  o.ranks_per_node = 16;
+  auto error_of = [&](const llmtrain::DescribeOptions& opts) {
+    try {
+      llmtrain::describe_json(c, opts);
+    } catch (const llmtrain::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  std::string e = error_of(o);
+  EXPECT_NE(e.find("--describe_ranks_per_node=16 exceeds the world size 4"), std::string::npos) << e;
+  o.ranks_per_node = 4;
+  EXPECT_EQ(error_of(o), "<no error>");
+  c = load_preset("tiny_llama");  // a few hundred KiB per sequence: 1e12 GiB holds more than 2^40
+  o.memory_bytes = 1e12 * (1LL << 30);
+  e = error_of(o);
+  EXPECT_NE(e.find("--describe_memory_gib=1e+12"), std::string::npos) << e;
+  EXPECT_NE(e.find("2^40"), std::string::npos) << e;
+}
+
 TEST(Attention, FallbackChainOnCpuSaysWhyAndReportsTheKernelUsed) {
   using llmtrain::model_detail::plan_attention;
   using llmtrain::AttentionBackend;

@@ -97,6 +97,7 @@ TEST(PlanApp, BadInputIsOneLine) {
       {"--fit " + no_eval, "no final val loss"},
       {"--flops 1e21", "needs a base shape"},
       {"--tokens 1e9 --family llama3", "needs --config"},
+      {"--flops 1e21 --family llama3 --gpus 0", "--gpus must be >= 1, got 0"},  // issue 49: not "8"
   };
   for (const auto& [args, want] : cases) {
     const auto r = run_command(plan_bin() + " " + args);

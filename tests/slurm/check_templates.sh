@@ -8,7 +8,7 @@
 #    include/llmtrain/core/config_keys.def (templates drift otherwise), and none
 #    asks for a setting Config::refuse_unbuilt refuses as not built yet;
 #  - spack.yaml parses and holds the environment the docs promise; spack/repo.yaml
-#    parses; spack/packages/llmtrain/package.py compiles and declares the class,
+#    parses; spack/spack_repo/llmtrain/packages/llmtrain/package.py compiles and declares the class,
 #    variants, dependencies and cmake_args the build needs.
 set -uo pipefail
 src=${LLMTRAIN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -112,12 +112,12 @@ if env.get("view") is not True:
     problems.append("spack.yaml: view is not true")
 if (env.get("concretizer") or {}).get("unify") is not True:
     problems.append("spack.yaml: concretizer:unify is not true")
-if "./spack" not in (env.get("repos") or []):
-    problems.append("spack.yaml: repos does not list ./spack")
-repo = yaml.safe_load(open("spack/repo.yaml"))
+if "./spack/spack_repo/llmtrain" not in (env.get("repos") or []):
+    problems.append("spack.yaml: repos does not list ./spack/spack_repo/llmtrain")
+repo = yaml.safe_load(open("spack/spack_repo/llmtrain/repo.yaml"))
 if not (repo.get("repo") or {}).get("namespace"):
-    problems.append("spack/repo.yaml: no repo:namespace")
-path = "spack/packages/llmtrain/package.py"
+    problems.append("spack/spack_repo/llmtrain/repo.yaml: no repo:namespace")
+path = "spack/spack_repo/llmtrain/packages/llmtrain/package.py"
 text = open(path).read()
 tree = ast.parse(text, path)
 compile(text, path, "exec")

@@ -36,7 +36,9 @@
                   verify and by resume, which falls back to the previous checkpoint; a
                   negative iteration attribute the same; a file without checksums
                   (an older llmtrain's) loads with a note. 2 ranks, ZeRO-1 (each rank
-                  writes and reads its own slices; the checksums combine).
+                  writes and reads its own slices; the checksums combine). `latest`
+                  naming a file outside the directory and a directory named like a
+                  checkpoint fail verify, named.
   disk_full       2 ranks on a small tmpfs: a save that cannot fit is refused before
                   writing (free and needed bytes named); the disk filling up half way
                   through a save (the disk_full_during_save fault point on rank 1)
@@ -46,7 +48,9 @@
                   small ext4 loop image (direct I/O; a note where loop mounts fail).
   resume_changes  a resume with another learning_rate / grad_clip lists them (console,
                   run log resume_changes); another n_embd is refused naming the key;
-                  another data_dir (data_mix) is refused unless resume_allow=data_dir (data_mix).
+                  another data_dir (data_mix) is refused unless resume_allow=data_dir (data_mix),
+                  and so is the same data_mix file with other weights (listed with both
+                  blends when allowed); weights of 1e308 give shares of 1/2, not 0.
 
 Usage: test_checkpoint.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -393,6 +397,20 @@ elif case == "checksum":
     p, _ = e.train(2, data, "old", *flags, "--max_iters=6", "--init_from=resume")
     assert "written without checksums" in p.stdout and "ckpt_00000004.h5 at iteration 4" in p.stdout, p.stdout
     print("  a checkpoint without checksums loads, with a note")
+    # Issue 49: `latest` naming a file outside the directory, and a directory named
+    # like a checkpoint, are faults verify names (exit 1), not "sound".
+    shutil.copytree(os.path.join(work, "good"), os.path.join(work, "outside"))
+    with open(os.path.join(ckpt_dir("outside"), "latest"), "w") as f:
+        f.write(f"../../good/checkpoints/ckpt_00000004.h5\n")
+    p = e.run([verify, "verify", os.path.join(work, "outside")], expect_ok=False)
+    assert p.returncode == 1 and "latest: points to '../../good/checkpoints/ckpt_00000004.h5', which is not a " \
+        "checkpoint file of" in p.stdout, p.stdout
+    print("  latest pointing outside:", next(l for l in p.stdout.splitlines() if "latest" in l)[:200])
+    shutil.copytree(os.path.join(work, "good"), os.path.join(work, "dirname"))
+    os.makedirs(os.path.join(ckpt_dir("dirname"), "ckpt_00000006.h5"))
+    p = e.run([verify, "verify", os.path.join(work, "dirname")], expect_ok=False)
+    assert p.returncode == 1 and "ckpt_00000006.h5' is a directory, not a checkpoint file" in p.stdout, p.stdout
+    print("  a directory named like a checkpoint:", next(l for l in p.stdout.splitlines() if "BAD" in l)[:200])
 
 elif case == "disk_full":
     data = e.prepare()
@@ -494,6 +512,28 @@ elif case == "resume_changes":
     ch = {c["key"]: (c["checkpoint"], c["now"]) for c in log["startup_info"]["resume_changes"]}
     assert ch.get("data_mix") == ("", f"0.5 {data} 0.5 {other}"), ch
     print("  data_mix changed with resume_allow=data_mix: resumed, listed")
+    # Issue 49: the same data_mix *file* with other weights is another blend: refused
+    # unless allowed, and listed with both blends.
+    mix_file = os.path.join(work, "mix.txt")
+    with open(mix_file, "w") as f:
+        f.write(f"1 {data}\n1 {other}\n")
+    e.train(1, data, "run4", *flags, f"--data_mix={mix_file}")
+    with open(mix_file, "w") as f:
+        f.write(f"3 {data}\n1 {other}  # weights changed\n")
+    p, _ = e.train(1, data, "run4", *flags, "--init_from=resume", "--max_iters=6", f"--data_mix={mix_file}",
+                   expect_ok=False)
+    expect_error(p, "config key 'data_mix'", f"0.5 {data} 0.5 {other}", f"0.75 {data} 0.25 {other}",
+                 "resume_allow=data_mix")
+    p, log = e.train(1, data, "run4", *flags, "--init_from=resume", "--max_iters=6", f"--data_mix={mix_file}",
+                     "--resume_allow=data_mix")
+    ch = {c["key"]: (c["checkpoint"], c["now"]) for c in log["startup_info"]["resume_changes"]}
+    assert ch.get("data_mix") == (f"0.5 {data} 0.5 {other}", f"0.75 {data} 0.25 {other}"), ch
+    print("  the same data_mix file with changed weights: refused, then with resume_allow=data_mix resumed, listed")
+    # Weights near DBL_MAX: their sum would overflow; the shares are still 1/2 and 1/2.
+    _, log = e.train(1, data, "huge", *COMMON, "--max_iters=4", f"--data_mix=1e308 {data} 1e308 {other}")
+    shares = [(u["weight"], u["tokens"]) for u in log["summary"]["data_sources"]]
+    assert [w for w, _ in shares] == [0.5, 0.5] and all(t > 0 for _, t in shares), shares
+    print(f"  data_mix=1e308 A 1e308 B: shares {shares}")
 else:
     sys.exit(f"unknown case {case}")
 print("PASS")

@@ -28,6 +28,10 @@
                without an EOS (a nanoGPT token stream) is refused naming the key.
   early_split  a val split that is empty or shorter than block_size + 1 fails at
                start-up, before any training work.
+  phases       2 ranks, rank 1 arriving 300 ms late at every loss allreduce
+               (LLMTRAIN_TEST_SLOW_LOSS_REDUCE): rank 0's wait there is exposed
+               communication, not time outside the phases; the phases and `other`
+               still sum to the step.
   run_log_full_disk  out_dir on a small tmpfs that fills up: the run ends with the
                OS error naming the run log, whose last complete version stays
                readable and no temporary file is left (root; 77 where mounting is
@@ -346,6 +350,36 @@ elif case == "config_errors":
     log = json.load(open(glob.glob(os.path.join(work, "out0", "run_*.json"))[0]))
     assert log["training_iterations"] == [] and log["eval_results"] == [], log
     print("a directory, a duplicate key and max_iters=0 are each named")
+    # Issue 49: each refused in one line, before any training (a single rank: nothing starts).
+    bom = os.path.join(work, "bom.cfg")
+    with open(cfg, "rb") as f, open(bom, "wb") as g:
+        g.write(b"\xef\xbb\xbf" + f.read())
+    p = run([llm, bom, f"--data_dir={data}", "--print_config"])
+    assert "vocab_size = 256" in p.stdout, p.stdout
+    for args, needle in [
+        (["--describe_format=json"], "--describe_format is an option of --describe"),
+        (["--describe_memory_gib=80"], "--describe_memory_gib is an option of --describe"),
+        (["--describe", "--describe_ranks_per_node=16", "--describe_world_size=4"],
+         "--describe_ranks_per_node=16 exceeds the world size 4"),
+        (["--describe", "--describe_memory_gib=1e12"], "more than 2^40 sequences"),
+        (["--eval_full=True", f"--data_mix=1 {data} 1 {data}"], "config key 'eval_full'"),
+        (["--activation_checkpointing=selective", "--activation_checkpointing_every=5"],
+         "'activation_checkpointing_every' (5) exceeds n_layer (4)"),
+        (["--describe", "--activation_checkpointing=selective", "--activation_checkpointing_every=5"],
+         "'activation_checkpointing_every' (5) exceeds n_layer (4)"),
+    ]:
+        p = run([llm, cfg, f"--data_dir={data}", "--out_dir=never", CPU, *args], expect_ok=False)
+        errors = [ln for ln in p.stdout.splitlines() if "error" in ln.lower()]
+        assert p.returncode != 0 and any(needle in ln for ln in errors), (args, p.stdout)
+        assert not os.path.exists(os.path.join(work, "never")), f"{args}: a run started"
+    # --data_mix= clears a config file's blend (the run trains on data_dir).
+    mixcfg = os.path.join(work, "mix.cfg")
+    with open(cfg) as f, open(mixcfg, "w") as g:
+        g.write(f.read() + f"\ndata_mix = 1 {os.path.join(work, 'no_such_dir')}\n")
+    p = run([llm, mixcfg, f"--data_dir={data}", "--data_mix=", "--print_config"])
+    assert any(ln.rstrip() == "data_mix =" for ln in p.stdout.splitlines()), p.stdout
+    print("issue 49: a BOM, --describe_* without --describe, ranks per node, 1e12 GiB, eval_full with data_mix, "
+          "selective checkpointing past n_layer, --data_mix= : each handled")
 elif case == "document_masking":
     # Short documents (2 sentences of SOTU speeches, one JSONL line each) packed into block_size 128:
     # most windows hold several EOS boundaries.
@@ -441,6 +475,24 @@ elif case == "run_log_full_disk":
               f"its last version is complete JSON, no temporary file left")
     finally:
         subprocess.run(["umount", "-l", mnt])
+elif case == "phases":
+    data = prepare()
+    delay_ms = 300
+    cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
+    run(mpi(2, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", "--out_dir=out", CPU, "--max_iters=6",
+            "--eval_interval=100", "--eval_iters=1", "--log_interval=1"),
+        env={"LLMTRAIN_TEST_SLOW_LOSS_REDUCE": f"1:{delay_ms}"})
+    with open(sorted(glob.glob(os.path.join(work, "out", "run_*.json")))[0]) as f:
+        its = json.load(f)["training_iterations"]
+    for r in its:
+        phases = r["data_ms"] + r["forward_backward_ms"] + r["communication_ms"] + r["optimizer_ms"]
+        print(f"iter {r['iter']}: dt {r['dt_ms']:.1f} ms = phases {phases:.1f} + other {r['other_ms']:.1f}; "
+              f"communication {r['communication_ms']:.1f} ms")
+        assert abs(phases + r["other_ms"] - r["dt_ms"]) < 0.05 * r["dt_ms"] + 1.0, r
+        # rank 0 waited ~delay_ms for rank 1 in the loss allreduce: communication holds it
+        assert r["communication_ms"] > 0.8 * delay_ms, r
+        assert r["other_ms"] < 0.5 * delay_ms, r
+
 elif case == "memory_check":
     # A micro-batch predicted to need ~192 GiB per rank is refused at start-up,
     # before anything large is allocated: one line (predicted against available,

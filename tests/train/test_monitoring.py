@@ -7,10 +7,15 @@
                log's value, the val loss at each evaluation, and the config as text.
   wandb        scripts/llmtrain_wandb.py in offline mode makes a W&B run from the
                event files (history), the run log's config and its summary.
-  html         llmtrain-report --html: headless Chromium renders the page (the
-               screenshot is not blank and shows the plots' colours) and logs nothing
-               to its console; a control page's console error is seen, so the check
-               can fail.
+  html         llmtrain-report --html, for that run alone (with no device peak: the
+               MFU figure says why there is none) and for a scaling study of it
+               with three more real runs (1 and 2 ranks; strong and weak pairs):
+               headless Chromium at a 1280 px window finds every figure (by id,
+               titled with units), the headline, a page no wider than 1280 px,
+               nothing on its console (a control page's console error is seen, so
+               the check can fail), and a screenshot that is not blank.
+               LLMTRAIN_DOC_SCREENSHOTS=DIR copies the two screenshots there
+               (docs/images/ of docs/monitoring.md).
 
 Runs under the project's Python (LLMTRAIN_PYTHON: tensorboard, wandb, Pillow).
 A check whose tool is missing says SKIP and the others run; exit 77 if all skip.
@@ -172,42 +177,150 @@ def chromium():
     skip("no chromium (Debian: apt-get install chromium; scripts/install-deps.sh lists it)")
 
 
-def render(page, png):
+def chromium_cmd(width, height, *args):
+    return [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            f"--window-size={width},{height}", f"--user-data-dir={os.path.join(work, 'chromium-profile')}", *args]
+
+
+def render(page, png, width=1280, height=1500):
     """Headless Chromium's screenshot of `page`; returns the console lines it logged."""
-    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,1500",
-           f"--user-data-dir={os.path.join(work, 'chromium-profile')}", f"--screenshot={png}",
-           "--enable-logging=stderr", "--v=0", "file://" + page]
+    cmd = chromium_cmd(width, height, f"--screenshot={png}", "--enable-logging=stderr", "--v=0", "file://" + page)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     if p.returncode != 0 or not os.path.exists(png):
         fail(f"chromium exited {p.returncode}:\n{p.stderr[-3000:]}")
     return [line for line in p.stderr.splitlines() if ":CONSOLE" in line]
 
 
-def check_html(log, tb, run_log):
-    try:
-        from PIL import Image
-    except ImportError as x:
-        skip(f"Pillow is not importable ({x}); tensorboard brings it (scripts/python-env.sh)")
-    chromium()
-    page = os.path.join(work, "report.html")
-    e.run([os.path.join(e.bin_dir, "llmtrain-report"), run_log, "--html", page])
-    control = os.path.join(work, "control.html")
-    with open(control, "w") as f:
-        f.write('<!DOCTYPE html><html><body><p>x</p><script>console.error("llmtrain-control")</script></body></html>')
-    if not any("llmtrain-control" in line for line in render(control, os.path.join(work, "control.png"))):
-        fail("chromium's console output is not seen (the control page's console.error is missing)")
-    console = render(page, os.path.join(work, "report.png"))
+# Run in a copy of the page (the page itself has no script): what the browser laid out.
+PROBE = """<script>
+(function () {
+  var out = {innerWidth: window.innerWidth, scrollWidth: document.documentElement.scrollWidth,
+             scrollHeight: document.documentElement.scrollHeight, figures: {},
+             headlines: document.querySelectorAll("#headline .headline").length, wide: []};
+  document.querySelectorAll("figure").forEach(function (f) {
+    var svg = f.querySelector("svg"), t = svg && svg.querySelector("title"), r = f.getBoundingClientRect();
+    out.figures[f.id] = {title: t ? t.textContent : null, text: svg ? svg.textContent : "",
+                         width: r.width, height: r.height};
+  });
+  document.querySelectorAll("body *").forEach(function (e) {
+    var r = e.getBoundingClientRect();
+    if (r.right > window.innerWidth + 0.5 && !e.closest(".scroll")) out.wide.push(e.tagName + "#" + e.id);
+  });
+  var pre = document.createElement("pre");
+  pre.id = "llmtrain-probe";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def probe(page, width=1280):
+    """What Chromium lays out for `page` in a `width` px window: figure ids and titles, widths."""
+    copy = page[:-5] + ".probe.html"
+    with open(page) as f:
+        html = f.read()
+    with open(copy, "w") as f:
+        f.write(html.replace("</body>", PROBE + "</body>"))
+    p = subprocess.run(chromium_cmd(width, 900, "--dump-dom", "file://" + copy), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=300)
+    start = p.stdout.find('<pre id="llmtrain-probe">')
+    if p.returncode != 0 or start < 0:
+        fail(f"chromium --dump-dom of {copy} exited {p.returncode} without the probe's output:\n{p.stderr[-3000:]}")
+    text = p.stdout[start + len('<pre id="llmtrain-probe">'):p.stdout.index("</pre>", start)]
+    return json.loads(text.replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+
+
+# The figures of issue 52 (docs/monitoring.md), by the ids report_figures() gives them.
+PER_RUN = ["fig-loss", "fig-lr", "fig-grad-norm", "fig-tokens-per-sec", "fig-mfu", "fig-memory"]
+SIDE_BY_SIDE = ["fig-compare-tokens-per-sec", "fig-compare-mfu", "fig-scaling-efficiency", "fig-scaling-throughput"]
+
+
+def check_page(name, page, n_runs, want, texts):
+    """Every wanted figure titled with units, the headline, the width, no console, not blank."""
+    from PIL import Image
+    got = probe(page)
+    if got["innerWidth"] != 1280:
+        fail(f"{name}: the window is {got['innerWidth']} px wide, not 1280 (chromium ignored --window-size?)")
+    if got["scrollWidth"] > 1280 or got["wide"]:
+        fail(f"{name}: the page is {got['scrollWidth']} px wide at 1280 px; past the edge: {got['wide'][:10]}")
+    if got["headlines"] != n_runs:
+        fail(f"{name}: {got['headlines']} headlines for {n_runs} runs")
+    for fid in want:
+        fig = got["figures"].get(fid)
+        if not fig:
+            fail(f"{name}: no figure {fid}; the page has {sorted(got['figures'])}")
+        if not fig["title"] or "(" not in fig["title"] or fig["height"] < 100 or fig["width"] < 400:
+            fail(f"{name}: figure {fid} is untitled, without units or too small: {fig['title']!r} "
+                 f"{fig['width']:.0f}x{fig['height']:.0f}")
+    for fid, words in texts.items():
+        for w in words:
+            if w not in got["figures"][fid]["text"]:
+                fail(f"{name}: figure {fid} does not say {w!r}: {got['figures'][fid]['text'][:400]!r}")
+    png = os.path.join(work, f"{name}.png")
+    console = render(page, png, 1280, got["scrollHeight"])
     if console:
-        fail("the page logged to the console:\n" + "\n".join(console))
-    img = Image.open(os.path.join(work, "report.png")).convert("RGB")
+        fail(f"{name}: the page logged to the console:\n" + "\n".join(console))
+    img = Image.open(png).convert("RGB")
     raw = img.tobytes()
     pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
     ink = sum(1 for px in pixels if px != (255, 255, 255)) / len(pixels)
     blue = sum(1 for r, g, b in pixels if abs(r - 0x1f) < 40 and abs(g - 0x77) < 40 and abs(b - 0xb4) < 40)
     if ink < 0.01 or blue < 50:
-        fail(f"the screenshot looks blank: {ink:.1%} non-white pixels, {blue} pixels of the plots' blue")
-    print(f"html: {page} rendered {img.size[0]}x{img.size[1]}, {ink:.1%} non-white, {blue} plot-blue pixels, "
-          f"no console messages")
+        fail(f"{name}: the screenshot looks blank: {ink:.1%} non-white pixels, {blue} pixels of the plots' blue")
+    if os.environ.get("LLMTRAIN_DOC_SCREENSHOTS"):
+        shutil.copy(png, os.path.join(os.environ["LLMTRAIN_DOC_SCREENSHOTS"], f"{name}.png"))
+    print(f"html {name}: {len(want)} figures found, {got['scrollWidth']} px wide at a 1280 px window, "
+          f"{img.size[0]}x{img.size[1]} screenshot ({ink:.1%} non-white), no console messages")
+
+
+def study_runs(data):
+    """Three more short real runs: with the 2-rank run above, a study at 1 and 2 ranks. Strong: 1 rank x 2
+    micro-batches against 2 ranks x 1 (same tokens/iter); weak: 1 rank x 1 against 2 ranks x 1, and 1 x 2
+    against 2 x 2 (same tokens/iter per rank). No peak_tflops: these have no MFU."""
+    short = ["--max_iters=8", "--eval_interval=4", "--eval_iters=2", "--log_interval=4"]
+    for out, ranks, accum in (("ws1_accum1", 1, 1), ("ws1_accum2", 1, 2), ("ws2_accum2", 2, 2)):
+        e.train(ranks, data, out, *short, f"--gradient_accumulation_steps={accum}")
+    return [e.run_logs(out)[-1] for out in ("ws1_accum1", "ws1_accum2", "ws2_accum2")]
+
+
+def check_html(log, tb, run_log):
+    try:
+        from PIL import Image  # noqa: F401
+    except ImportError as x:
+        skip(f"Pillow is not importable ({x}); tensorboard brings it (scripts/python-env.sh)")
+    chromium()
+    control = os.path.join(work, "control.html")
+    with open(control, "w") as f:
+        f.write('<!DOCTYPE html><html><body><p>x</p><script>console.error("llmtrain-control")</script></body></html>')
+    if not any("llmtrain-control" in line for line in render(control, os.path.join(work, "control.png"))):
+        fail("chromium's console output is not seen (the control page's console.error is missing)")
+    study = study_runs(os.path.join(work, "data"))
+    report = os.path.join(e.bin_dir, "llmtrain-report")
+    # One run: the 2-rank run without a device peak, as on any CPU.
+    one = os.path.join(work, "report-one-run.html")
+    e.run([report, study[2], "--html", one])
+    check_page("report-one-run", one, 1, ["fig-phases-0"] + PER_RUN,
+               {"fig-mfu": ["No MFU: MFU needs the device's dense peak"],
+                "fig-phases-0": ["measured", "predicted", "Largest miss: "],
+                "fig-loss": ["train (each iteration)", "val (each evaluation)"],
+                "fig-memory": ["allocated peak (measured)", "memory plan"]})
+    # A set of runs: the study (1 and 2 ranks) with the tensorboard run, which has an MFU (peak_tflops=1).
+    many = os.path.join(work, "report-runs.html")
+    p = e.run([report, run_log, *study, "--html", many])
+    check_page("report-runs", many, 4, [f"fig-phases-{i}" for i in range(4)] + PER_RUN + SIDE_BY_SIDE,
+               {"fig-scaling-efficiency": ["strong, ", "weak, "], "fig-compare-mfu": ["n/a"],
+                "fig-compare-tokens-per-sec": ["[3] "]})
+    # --plot writes the same figures as files.
+    plots = os.path.join(work, "plots")
+    e.run([report, run_log, *study, "--plot", plots])
+    with open(many) as f:
+        page = f.read()
+    for fid in [f"phases-{i}" for i in range(4)] + [x[4:] for x in PER_RUN + SIDE_BY_SIDE]:
+        with open(os.path.join(plots, fid + ".svg")) as f:
+            svg = f.read()
+        if svg[svg.index("<svg"):] not in page:
+            fail(f"--plot's {fid}.svg is not the page's figure")
+    print(f"html: --plot wrote the page's {len(os.listdir(plots))} figures as SVG files")
 
 
 CHECKS = {"tensorboard": check_tensorboard, "wandb": check_wandb, "html": check_html}

@@ -3,7 +3,8 @@
 # step on, with this build's programs (LLMTRAIN_SKIP_DEPS/SKIP_BUILD: CI's test.sh
 # has just installed and built them) and 100 iterations instead of 300. It must end
 # with its summary, the val loss at least 0.5 nats/byte below the corpus's
-# byte-unigram entropy (quickstart.sh exits 1 otherwise). Also: every script the
+# byte-unigram entropy (quickstart.sh exits 1 otherwise), and name the report page
+# it wrote. Also: every script the
 # project's scripts, sbatch templates and README run by path is executable in git
 # (python-env.sh was not, and the quick start died at its corpus step).
 # Usage: test_quickstart.sh SOURCE_DIR BUILD_DIR
@@ -34,4 +35,6 @@ echo "$out" | tail -n 12
 grep -q "^val loss below entropy .*(yes)" <<<"$out" || fail "no summary line saying the model learned"
 [[ -f "$work/data/index.json" ]] || fail "no data directory at $work/data"
 compgen -G "$work/out/run_*.json" >/dev/null || fail "no run log in $work/out"
+grep -q "^report page .*$work/out/report.html" <<<"$out" || fail "the quick start does not name its report page"
+grep -q "<figure id=\"fig-phases-0\"" "$work/out/report.html" || fail "no report page at $work/out/report.html"
 echo "quickstart: corpus, prepare, 2-rank training and the summary work"

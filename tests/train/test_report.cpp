@@ -151,6 +151,32 @@ TEST(ReportTool, CutOffRunInTheRunsListAndBudget) {
   EXPECT_NE(budget.find("-  (cut off at iteration 29"), std::string::npos) << budget;
 }
 
+// Issue 49: a run that ended in its start-up (a log with no iteration) is not
+// "cut off at iteration -1" and its prediction row is not "-100.0% OFF".
+TEST(Report, ALogWithNoIterationSaysSo) {
+  const auto dir = llmtrain::testing::scratch_dir("metrics-report-no-iterations");
+  std::ifstream in(fixture("run_1gpu.json"));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["training_iterations"] = nlohmann::json::array();
+  j["eval_results"] = nlohmann::json::array();
+  j["startup_info"]["prediction"] = {{"step_time_s", 0.5}, {"phases", {{"forward_backward_s", 0.4}}}};
+  const auto cut_path = (dir / "run_no_iterations_cut.json").string();
+  nlohmann::json cut = j;
+  cut.erase("summary");
+  std::ofstream(cut_path) << cut.dump();
+  const auto r = read_run_log(cut_path, 50);
+  EXPECT_EQ(r.ending(), "cut off before its first iteration (no summary: killed, a node lost, or still running)");
+  const auto failed_path = (dir / "run_no_iterations_failed.json").string();
+  j["summary"] = {{"status", "failed"}};
+  std::ofstream(failed_path) << j.dump();
+  const auto f = read_run_log(failed_path, 50);
+  EXPECT_EQ(f.ending(), "failed before its first iteration");
+  const std::string table = format_prediction_table({f});
+  EXPECT_EQ(table.find("-100.0%"), std::string::npos) << table;
+  EXPECT_EQ(table.find("OFF"), std::string::npos) << table;
+  EXPECT_NE(table.find("no iteration measured"), std::string::npos) << table;
+}
+
 TEST(Report, BadLogsAreNamed) {
   const auto dir = llmtrain::testing::scratch_dir("metrics-report-bad");
   const auto p = (dir / "run_broken.json").string();
@@ -187,22 +213,33 @@ TEST(ReportTool, TablesExitCodesAndPlots) {
   EXPECT_EQ(missing.rc, 1);
   EXPECT_NE(missing.out.find("/nonexistent/run_x.json"), std::string::npos) << missing.out;
 
-  if (run("python3 -c 'import matplotlib' || /usr/bin/python3 -c 'import matplotlib'").rc != 0) GTEST_SKIP() << "matplotlib not installed";
+  // --plot: the page's own figures as SVG files (one plotting path).
   const auto out = llmtrain::testing::scratch_dir("metrics-report-plots");
   fs::remove_all(out);
   const auto plots = run(report_bin() + " " + fixture("run_1gpu.json") + " " + fixture("run_8gpu_strong.json") + " " +
-                         fixture("run_2gpu_weak.json") + " --plot " + out.string() + " --plot-script " +
-                         llmtrain::testing::source_dir() + "/scripts/llmtrain_plot.py");
+                         fixture("run_2gpu_weak.json") + " --plot " + out.string());
   EXPECT_EQ(plots.rc, 0) << plots.out;
-  for (const char* png : {"loss.png", "mfu.png", "tokens_per_sec.png", "scaling.png"}) {
-    ASSERT_TRUE(fs::exists(out / png)) << png << "\n" << plots.out;
-    EXPECT_GT(fs::file_size(out / png), 10000u) << png;
-    std::ifstream f(out / png, std::ios::binary);
-    char sig[8];
-    f.read(sig, 8);
-    EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+  for (const char* svg : {"phases-0.svg", "phases-2.svg", "loss.svg", "lr.svg", "grad-norm.svg", "tokens-per-sec.svg",
+                          "mfu.svg", "memory.svg", "compare-tokens-per-sec.svg", "compare-mfu.svg",
+                          "scaling-efficiency.svg", "scaling-throughput.svg"}) {
+    ASSERT_TRUE(fs::exists(out / svg)) << svg << "\n" << plots.out;
+    std::ifstream f(out / svg);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.rfind("<?xml", 0), 0u) << svg;
+    EXPECT_NE(text.find("<svg xmlns=\"http://www.w3.org/2000/svg\""), std::string::npos) << svg;
+    EXPECT_NE(text.find("</svg>"), std::string::npos) << svg;
+    // The same figure as the page's.
+    std::vector<RunLogData> logs;
+    std::vector<RunSummary> runs;
+    for (const char* fx : {"run_1gpu.json", "run_8gpu_strong.json", "run_2gpu_weak.json"}) {
+      logs.push_back(load_run_log(fixture(fx)));
+      runs.push_back(summarize_run_log(logs.back(), -1));
+    }
+    bool same = false;
+    for (const auto& fig : report_figures(runs, logs))
+      if (fig.id + ".svg" == std::string(svg)) same = text.find(fig.svg) != std::string::npos;
+    EXPECT_TRUE(same) << svg << " differs from report_figures()'s";
   }
-  EXPECT_TRUE(fs::exists(out / "report.json"));
 }
 
 // ---- TensorBoard event files (tests/train/test_monitoring.py reads them with TensorBoard's own reader)
@@ -272,19 +309,54 @@ TEST(HtmlReport, PageHoldsTablesAndPlotsAndNothingExternal) {
     logs.push_back(load_run_log(fixture(f)));
     runs.push_back(summarize_run_log(logs.back(), -1));
   }
-  logs[1].startup_info["prediction"] = {{"step_time_s", 1.0}};
+  logs[1].startup_info["prediction"] = {
+      {"step_time_s", 1.0},
+      {"phases", {{"data_s", 0.0}, {"forward_backward_s", 0.9}, {"communication_s", 0.05}, {"optimizer_s", 0.05}}}};
   const std::string page = format_html_report(runs, logs);
+  // Every figure of the page is one of report_figures(), at its id.
+  const auto figures = report_figures(runs, logs);
+  std::vector<std::string> ids;
+  for (const auto& f : figures) {
+    ids.push_back(f.id);
+    EXPECT_NE(page.find("<figure id=\"fig-" + f.id + "\""), std::string::npos) << f.id;
+    EXPECT_NE(page.find(f.svg), std::string::npos) << f.id;
+    EXPECT_TRUE(std::regex_search(f.title, std::regex(R"(\(.+\))"))) << "no units in the title: " << f.title;
+  }
+  // 1 and 8 GPUs: the scaling figures are drawn.
+  for (const char* id : {"phases-0", "phases-1", "loss", "lr", "grad-norm", "tokens-per-sec", "mfu", "memory",
+                         "compare-tokens-per-sec", "compare-mfu", "scaling-efficiency", "scaling-throughput"})
+    EXPECT_NE(std::find(ids.begin(), ids.end(), id), ids.end()) << id;
   size_t svgs = 0;
   for (size_t at = page.find("<svg"); at != std::string::npos; at = page.find("<svg", at + 1)) ++svgs;
-  EXPECT_EQ(svgs, 3u);
+  EXPECT_EQ(svgs, figures.size());
   EXPECT_NE(page.find("<polyline"), std::string::npos);
   EXPECT_NE(page.find("37.07"), std::string::npos);  // run_1gpu's MFU, as the text table
   EXPECT_NE(page.find("none (the run log has no prediction)"), std::string::npos);
   EXPECT_NE(page.find("<td>1000.0</td>"), std::string::npos);
+  // run 1's phases: about 300 ms of forward/backward measured against the 900 ms predicted.
+  const auto& ph1 = figures[1].svg;
+  EXPECT_NE(ph1.find("Largest miss: forward/backward"), std::string::npos) << ph1;
+  EXPECT_NE(figures[0].svg.find("No prediction in this run log"), std::string::npos);
   for (const char* external : {"<script", "src=", "href=", "@import", "url("})
     EXPECT_EQ(page.find(external), std::string::npos) << external;
-  EXPECT_NE(svg_line_plot("t", "y", {}).find("no data"), std::string::npos);
+  EXPECT_NE(svg_line_plot("t (u)", "y", {}, 600, 300, "iteration", "nothing to draw").find("nothing to draw"),
+            std::string::npos);
   EXPECT_EQ(html_escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+}
+
+TEST(HtmlReport, MfuPlotSaysWhyThereIsNone) {
+  auto log = load_run_log(fixture("run_1gpu.json"));
+  for (auto& rec : log.iterations) rec.erase("mfu");
+  log.startup_info["absent_keys"] = {{"training_iterations[].mfu", "MFU needs the device's dense peak (cpu)"}};
+  const auto run = summarize_run_log(log, -1);
+  bool found = false;
+  for (const auto& f : report_figures({run}, {log})) {
+    if (f.id != "mfu") continue;
+    found = true;
+    EXPECT_NE(f.svg.find("No MFU: MFU needs the device"), std::string::npos) << f.svg;
+    EXPECT_EQ(f.svg.find("<circle"), std::string::npos) << "an MFU figure without MFU values draws points";
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST(ReportTool, HtmlPage) {

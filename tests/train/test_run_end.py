@@ -24,6 +24,10 @@
                  than Open MPI's 1 s SIGTERM grace): SIGTERM to the job shell ends the
                  run after the current iteration with a checkpoint and exit 124 (the
                  code the templates requeue on), as with srun.
+  mpirun_requeue_all  the same, with SIGTERM to every process of the job as Slurm sends
+                 it at the time limit (the job shell, mpirun and the ranks): mpirun
+                 then ends the job itself and exits 1, yet the ranks wrote the
+                 checkpoint, so the job exits 124 (issue 49).
 
 Usage: test_run_end.py BUILD_DIR SOURCE_DIR MPIEXEC CASE
 """
@@ -39,6 +43,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_common as e  # noqa: E402
 
 case = sys.argv[4]
+
+
+def job_processes(root):
+    """root and all its descendants (from /proc), as Slurm's job container holds them."""
+    children = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(pid))
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
 
 
 def checkpoint_name(iteration):
@@ -153,7 +176,7 @@ elif case == "nan_weights":
     assert "final_loss" not in s and "final_loss" in s.get("non_finite", []), s
     print(f"NaN weights: bad steps {bad}; eval_results {log['eval_results']}; summary non_finite {s['non_finite']}")
 
-elif case == "mpirun_requeue":
+elif case in ("mpirun_requeue", "mpirun_requeue_all"):
     data = e.prepare()
     script = os.path.join(work, "job.sh")
     with open(script, "w") as f:
@@ -179,7 +202,16 @@ exit $rc
             seen += 1
             if seen == 2:
                 t0 = time.time()
-                p.send_signal(signal.SIGTERM)  # as Slurm signals the batch shell
+                if case == "mpirun_requeue":
+                    p.send_signal(signal.SIGTERM)  # as Slurm signals the batch shell
+                else:
+                    tree = job_processes(p.pid)  # as Slurm signals every process of the job
+                    for pid in tree:
+                        try:
+                            os.kill(pid, signal.SIGTERM)
+                        except ProcessLookupError:
+                            pass
+                    print(f"SIGTERM to {len(tree)} processes of the job (shell, mpirun, ranks, tail)")
                 break
     rest = p.communicate(timeout=120)[0]
     watchdog.cancel()

@@ -17,6 +17,13 @@
 //                                           ENOSPC) after the header of that iteration's checkpoint,
 //                                           before its tensors;
 //                                           the ballast is removed once the save has failed
+//   LLMTRAIN_TEST_SLOW_LOSS_REDUCE=<rank>:<ms>
+//                                           slow_loss_reduce: that rank sleeps that long before
+//                                           the loss allreduce of every iteration (the others
+//                                           wait in it: their exposed communication)
+//   LLMTRAIN_TEST_KERNEL_WRONG=<k>          kernel_wrong_output: the CPU twin of fused kernel k
+//                                           (kernels::Op's index) adds 1 to its output's first
+//                                           element (the start-up self-check's fallback)
 #pragma once
 #include <cstdint>
 #include <set>
@@ -29,11 +36,14 @@ enum class Point {
   iteration_sleep,   // every iteration takes `value` ms longer (a slow run)
   kill_during_save,  // SIGKILL half way through a checkpoint's tensors
   disk_full_during_save,  // the disk fills up during a checkpoint's save (a real ENOSPC)
+  slow_loss_reduce,  // one rank arrives `value` ms late at every iteration's loss allreduce
+  kernel_wrong_output,    // a fused kernel's CPU twin computes a wrong value (`value`: which kernel)
 };
-constexpr int kNumPoints = 5;
+constexpr int kNumPoints = 7;
 
 // Where a point strikes: on `rank` (-1: every rank) at the listed iterations
-// (empty: every iteration); `value` is the point's argument (iteration_sleep: ms).
+// (empty: every iteration); `value` is the point's argument (iteration_sleep: ms,
+// kernel_wrong_output: the kernel's index).
 struct Arm {
   int rank = -1;
   std::set<int64_t> iterations;

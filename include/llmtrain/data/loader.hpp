@@ -65,6 +65,10 @@ struct DataSource {
 // The sources of a blend: `data_mix` parsed (weights normalized), or data_dir
 // alone with weight 1. ConfigError naming data_mix for a malformed mix.
 std::vector<DataSource> parse_data_mix(const std::string& data_mix, const std::string& data_dir);
+// The blend data_mix stands for, as text ("0.25 DIR1 0.75 DIR2", weights normalized;
+// "" when data_mix is empty): two runs with the same text read the same blend even
+// when data_mix names a file whose contents changed in between (resume checks it).
+std::string data_mix_blend(const std::string& data_mix, const std::string& data_dir);
 
 // What a run has taken from each source (the run log's summary.data_sources).
 struct DataSourceUse {

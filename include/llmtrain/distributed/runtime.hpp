@@ -56,6 +56,10 @@ class Runtime {
   // jobs/common.sh) or SIGTERM received by this process: the trainer ends the
   // iteration it is in, writes its run log and stops. 0 when none.
   static int stop_signal();
+  // The stop signal seen by any rank (0 = none; SIGTERM wins over SIGUSR1), so
+  // that all ranks stop after the same iteration. Collective: a host allreduce
+  // over MPI, off the GPU's path (no device tensor, no device read).
+  int stop_signal_any_rank() const;
   // Ends every rank of the job with `code` (MPI_Abort); used after an error.
   [[noreturn]] static void abort(int code);
 

@@ -89,6 +89,13 @@ struct StepPrediction {
 
 StepPrediction predict_step(const RunShape& run, const WorldLayout& world, const DeviceProfile& device);
 
+// Forward element-wise bytes (read + written) of one transformer block for
+// `run`: norms, RoPE, the activation, residual adds, activation casts and
+// copies; not the GEMMs, attention or weight casts. The element-wise time is
+// built from it; tests/record/test_block_bytes.cpp checks it against the ops a
+// block runs.
+double block_elementwise_bytes(const RunShape& run);
+
 // --describe's lines and the JSON object `prediction` of --describe_format=json
 // and the run log: step_time_s, tokens_per_s, mfu (percent or null), phases{...}.
 std::string format_prediction(const StepPrediction& p, const WorldLayout& world);

@@ -20,6 +20,7 @@
 namespace llmtrain {
 
 class Collectives;
+class Watchdog;
 
 // Timed parts of one iteration; "other" is the iteration time minus these.
 // `communication` is exposed communication: the time spent waiting on
@@ -151,6 +152,14 @@ class Metrics {
   // Call right after a device synchronization: opens the iteration's window.
   void start_iter();
   PhaseScope phase(Phase p) { return PhaseScope(this, p); }
+  // Opens phase `p` and names it as the rank's activity (what the watchdog
+  // says a stalled rank was doing, report_activity_to): one call for both,
+  // so the time a phase measures and the name a hang is reported under
+  // cannot drift apart.
+  PhaseScope phase(Phase p, const std::string& activity);
+  // The watchdog phase(p, activity) names the activity to (null: none). It
+  // must outlive this object.
+  void report_activity_to(Watchdog* watchdog) { watchdog_ = watchdog; }
   // Moves up to `seconds` of the current iteration from phase `from` to `to`
   // (never more than `from` holds, so the phases still sum to the window).
   // Returns the seconds moved. A closing PhaseScope moves its waits on
@@ -182,6 +191,7 @@ class Metrics {
   void charge_device_spans();
   MetricsSetup setup_;
   Collectives* comm_ = nullptr;
+  Watchdog* watchdog_ = nullptr;
   std::unique_ptr<DeviceTimeline> timeline_;  // null on the CPU
   std::vector<Span> spans_;
   Clock::time_point iter_t0_{};

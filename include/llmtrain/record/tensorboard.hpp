@@ -8,12 +8,12 @@
 #include <memory>
 #include <string>
 
+#include "llmtrain/core/crc32c.hpp"  // defines: crc32c (the project's one CRC-32C)
 #include "llmtrain/record/run_log.hpp"
 
 namespace llmtrain {
 
-// CRC-32C (Castagnoli), and TFRecord's masked form of it.
-uint32_t crc32c(const void* data, size_t size);
+// TFRecord's masked form of CRC-32C (core/crc32c.hpp).
 uint32_t masked_crc32c(const void* data, size_t size);
 
 // One events.out.tfevents.<unix seconds>.<hostname> file in `dir` (created if

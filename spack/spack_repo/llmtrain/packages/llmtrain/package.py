@@ -1,8 +1,13 @@
-# Spack package for llmtrain, kept next to the sources (spack/ is a package
-# repository; spack.yaml at the top of the checkout uses it and builds the
-# checkout itself through its develop: section).
+# Spack package for llmtrain, kept next to the sources (spack/spack_repo/llmtrain
+# is a package repository; spack.yaml at the top of the checkout uses it and builds
+# the checkout itself through its develop: section). Package API v2 (Spack >= 1.0):
+# the build systems come from the builtin repository, spack/spack-packages
+# (scripts/spack-check.py checks every name below against its pinned commit).
 import glob
 import os
+
+from spack_repo.builtin.build_systems.cmake import CMakePackage
+from spack_repo.builtin.build_systems.cuda import CudaPackage
 
 from spack.package import *
 
@@ -34,6 +39,12 @@ class Llmtrain(CMakePackage, CudaPackage):
     depends_on("fmt")  # used only where the LibTorch has no fmt headers of its own (torch/include/fmt)
     depends_on("pcre2")  # tokenizer pre-split regex (libpcre2-8, Unicode properties)
     depends_on("icu4c")  # NFC normalization (Qwen3 tokenizer), found through pkg-config icu-uc
+    # llmtrain-prepare's inputs: Parquet / Arrow IPC (cmake/LLMTrainArrow.cmake takes
+    # an ArrowConfig.cmake from the prefix path) and .jsonl.zst / .gz / .xz.
+    depends_on("arrow+parquet+ipc")
+    depends_on("zstd")
+    depends_on("zlib-api")
+    depends_on("xz")
 
     # LibTorch comes from py-torch (its site-packages/torch holds the C++
     # headers, libraries and TorchConfig.cmake); see _torch_cmake_dir(). The
@@ -65,11 +76,15 @@ class Llmtrain(CMakePackage, CudaPackage):
             )
         return found[0]
 
+    def _capabilities(self):
+        """cuda_arch=90,100a -> ["9.0", "10.0a"] (LibTorch's TORCH_CUDA_ARCH_LIST form)."""
+        archs = [a for a in self.spec.variants["cuda_arch"].value if a != "none"]
+        return CudaPackage.compute_capabilities(archs)
+
     def setup_build_environment(self, env):
         if self.spec.satisfies("+cuda"):
             # Torch's CMake config reads the architectures from TORCH_CUDA_ARCH_LIST ("9.0;10.0").
-            archs = self.spec.variants["cuda_arch"].value
-            env.set("TORCH_CUDA_ARCH_LIST", ";".join(f"{int(a) // 10}.{int(a) % 10}" for a in archs if a != "none"))
+            env.set("TORCH_CUDA_ARCH_LIST", ";".join(self._capabilities()))
 
     def setup_run_environment(self, env):
         # jobs/common.sh finds inputs/ next to jobs/ under share/llmtrain.
@@ -87,8 +102,7 @@ class Llmtrain(CMakePackage, CudaPackage):
         ]
         if spec.satisfies("+cuda"):
             # LibTorch's CMake config turns TORCH_CUDA_ARCH_LIST ("9.0;10.0") into -gencode flags.
-            archs = [a for a in spec.variants["cuda_arch"].value if a != "none"]
-            args.append(self.define("LLMTRAIN_CUDA_ARCH_LIST", ";".join(f"{int(a) // 10}.{int(a) % 10}" for a in archs)))
+            args.append(self.define("LLMTRAIN_CUDA_ARCH_LIST", ";".join(self._capabilities())))
             args.append(self.define("NCCL_ROOT", spec["nccl"].prefix))
             args.append(self.define("CUDAToolkit_ROOT", spec["cuda"].prefix))
         return args
@@ -96,5 +110,5 @@ class Llmtrain(CMakePackage, CudaPackage):
     def check(self):
         # The unit/MPI tests; the Slurm template tests need a cluster of their own.
         with working_dir(self.build_directory):
-            ctest = which("ctest")
+            ctest = which("ctest", required=True)
             ctest("--output-on-failure", "-LE", "slurm")

@@ -1,0 +1,87 @@
+#include "llmtrain/record/run_record.hpp"
+
+#include <fmt/format.h>
+
+#include "llmtrain/core/config.hpp"                  // defines: Config
+#include "llmtrain/core/log.hpp"                     // defines: log::info (rank 0 only)
+#include "llmtrain/distributed/runtime.hpp"          // defines: Runtime (ranks, hosts, devices)
+#include "llmtrain/distributed/watchdog.hpp"         // defines: Watchdog::activity
+#include "llmtrain/model/model_config.hpp"           // defines: ModelConfig::flops_per_token
+#include "llmtrain/prediction/calibrate.hpp"         // defines: calibrate_device_profile
+#include "llmtrain/record/tensorboard.hpp"           // defines: make_tensorboard_follower
+
+namespace llmtrain {
+
+MetricsSetup make_metrics_setup(const Config& cfg, const ModelConfig& mcfg, const Runtime& rt, torch::Device device,
+                                bool tf32_matmuls) {
+  MetricsSetup setup;
+  setup.flops_per_token = mcfg.flops_per_token();
+  setup.flops_per_token_6n = mcfg.flops_per_token_6n();
+  setup.tokens_per_iter = cfg.tokens_per_iter(rt.world_size());
+  setup.num_devices = rt.world_size();
+  setup.peak = resolve_peak(rt.device_name(), cfg.dtype, cfg.peak_tflops,
+                            tf32_matmuls ? Fp32Matmuls::tf32 : Fp32Matmuls::ieee);
+  setup.device = device;
+  return setup;
+}
+
+RunEnvironment make_run_environment(const Config& cfg, const Runtime& rt, torch::Device device,
+                                    const RunChoices& choices) {
+  RunEnvironment env;
+  env.world_size = rt.world_size();
+  env.num_nodes = rt.num_nodes();
+  env.hostname = rt.hostname();
+  env.hostnames = rt.all_hostnames();
+  env.device_names = rt.all_device_names();
+  env.device_type = device.is_cuda() ? "cuda" : "cpu";
+  env.threads_per_rank = rt.num_threads();
+  env.attention_backend_used = choices.attention_backend;
+  env.attention_kernel = choices.attention_kernel;
+  env.precision = fmt::format("{}{}; {}{}{}", to_string(cfg.dtype),
+                              choices.loss_scaling ? " with dynamic loss scaling" : "", choices.tf32,
+                              cfg.param_dtype == ParamDtype::bfloat16
+                                  ? "; bfloat16 parameters and gradients, fp32 master weights"
+                                  : "",
+                              cfg.reduce_dtype == ReduceDtype::bfloat16 ? "; bfloat16 gradient reductions" : "");
+  env.parallelism = choices.parallelism;
+  return env;
+}
+
+std::unique_ptr<RunLog> open_run_log(const Config& cfg, bool is_root) {
+  auto run_log = std::make_unique<RunLog>(cfg.out_dir, is_root);
+  if (!cfg.tensorboard_dir.empty() && is_root) run_log->add_follower(make_tensorboard_follower(cfg.tensorboard_dir));
+  return run_log;
+}
+
+std::optional<PredictionCheck> predict_run(const Config& cfg, const ModelConfig& mcfg, Runtime& rt,
+                                           nlohmann::json& startup) {
+  std::string why;
+  std::optional<DeviceProfile> profile;
+  if (cfg.device_profile == kCalibrateProfile) {
+    // device_profile=calibrate: the machine as this run finds it, measured
+    // by every rank together just before the first step.
+    rt.watchdog().activity("start-up: calibrating the device profile (device_profile=calibrate)");
+    DeviceProfile measured;
+    const std::string file = calibrate_device_profile(cfg, rt, &measured);
+    measured.source = fmt::format("calibrate: measured by this run before its first step{}",
+                                  file.empty() ? std::string() : fmt::format(" (written to {})", file));
+    profile = std::move(measured);
+    log::info("device profile measured by this run (device_profile=calibrate): {}", profile->name);
+  } else {
+    profile = run_device_profile(cfg, rt.device_name(), &why);
+  }
+  if (!profile) {
+    startup["prediction"] = {{"unknown", why}};
+    log::info("predicted step: unknown ({})", why);
+    return std::nullopt;
+  }
+  const WorldLayout world{rt.world_size(), rt.local_size()};
+  PredictionCheck check(predict_step(RunShape::from_config(cfg, mcfg), world, *profile));
+  startup["prediction"] = prediction_json(check.predicted());
+  startup["prediction"]["profile"] = device_profile_json(*profile);
+  startup["prediction"]["profile"]["source"] = profile->source;
+  log::info("{}", format_prediction(check.predicted(), world));
+  return check;
+}
+
+}  // namespace llmtrain
