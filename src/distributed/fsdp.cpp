@@ -110,6 +110,7 @@ class FsdpStrategy final : public Strategy {
 
   void finish_gradients() override {
     torch::NoGradGuard no_grad;
+    if (comm_.world_size() == 1) return;  // a division by 1 is a pass over every gradient for nothing
     for (auto& u : units_) u.grad_shard.div_(comm_.world_size());  // sums -> exact averages
   }
 
@@ -117,17 +118,24 @@ class FsdpStrategy final : public Strategy {
 
   void step(double lr, double clip_coef) override {
     torch::NoGradGuard no_grad;
-    adam_.step(lr, clip_coef, [&](size_t i) {
-      auto& u = units_[i];
-      u.grad_shard.zero_();
-      // Full copies still held (resident root, materialize_parameters) must
-      // not go stale.
-      if (u.gathered) {
-        settle(u);
-        u.gathered = false;
-        gather(u);
-      }
-    });
+    adam_.step(lr, clip_coef, [&](size_t i) { after_update(i); });
+  }
+  torch::Tensor grad_norm_tensor() override { return adam_.grad_norm_tensor(); }
+  void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
+    torch::NoGradGuard no_grad;
+    adam_.step(lr, grad_scale, found_inf, [&](size_t i) { after_update(i); });
+  }
+  // Unit i's shard is updated: zero its gradient, refresh what is gathered.
+  void after_update(size_t i) {
+    auto& u = units_[i];
+    u.grad_shard.zero_();
+    // Full copies still held (resident root, materialize_parameters) must
+    // not go stale.
+    if (u.gathered) {
+      settle(u);
+      u.gathered = false;
+      gather(u);
+    }
   }
 
   void skip_step() override {

@@ -21,23 +21,32 @@ void AdamWLists::add(torch::Tensor p, torch::Tensor g, torch::Tensor m, torch::T
   exp_avg_sqs.push_back(std::move(v));
 }
 
+void fused_adamw_step(const AdamWLists& lists, const AdamWHyper& h, const AdamWStepArgs& a, double weight_decay) {
+  if (lists.empty()) return;
+  torch::NoGradGuard no_grad;
+  // The kernel reads each tensor's step count from a float tensor on its
+  // device (torch.optim keeps one per parameter and increments it before the
+  // kernel); one shared tensor serves every entry.
+  const std::vector<torch::Tensor> steps(lists.params.size(), a.step);
+  if (a.lr_tensor.defined())
+    at::_fused_adamw_(lists.params, lists.grads, lists.exp_avgs, lists.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps,
+                      a.lr_tensor, h.beta1, h.beta2, weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false,
+                      a.divisor, a.found_inf);
+  else
+    at::_fused_adamw_(lists.params, lists.grads, lists.exp_avgs, lists.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps,
+                      a.lr, h.beta1, h.beta2, weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false, a.divisor,
+                      a.found_inf);
+}
+
 void fused_adamw_step(const AdamWLists& lists, const AdamWHyper& h, double lr, double weight_decay, int64_t step,
                       double grad_scale) {
   if (lists.empty()) return;
-  torch::NoGradGuard no_grad;
-  const auto device = lists.params.front().device();
-  // The kernel reads the step count of each tensor from a float tensor on its
-  // device (torch.optim keeps one per parameter and increments it before the
-  // kernel); one shared tensor serves every entry.
-  const auto step_t = torch::full({}, static_cast<double>(step), torch::TensorOptions().dtype(torch::kFloat).device(device));
-  const std::vector<torch::Tensor> steps(lists.params.size(), step_t);
-  // The kernel divides the gradients by grad_scale (AMP's loss scale).
-  std::optional<torch::Tensor> divisor;
-  if (grad_scale != 1.0)
-    divisor = torch::full({}, 1.0 / grad_scale, torch::TensorOptions().dtype(torch::kFloat).device(device));
-  at::_fused_adamw_(lists.params, lists.grads, lists.exp_avgs, lists.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr,
-                    h.beta1, h.beta2, weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false, divisor,
-                    /*found_inf=*/std::nullopt);
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(lists.params.front().device());
+  AdamWStepArgs a;
+  a.step = torch::full({}, static_cast<double>(step), fp32);
+  a.lr = lr;
+  if (grad_scale != 1.0) a.divisor = torch::full({}, 1.0 / grad_scale, fp32);
+  fused_adamw_step(lists, h, a, weight_decay);
 }
 
 }  // namespace llmtrain

@@ -10,6 +10,7 @@
 //   p -= lr/(1 - beta1^t) * m / (sqrt(v)/sqrt(1 - beta2^t) + eps).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -27,9 +28,27 @@ struct AdamWLists {
   bool empty() const { return params.empty(); }
 };
 
-// Step `step` (counted from 1) of AdamW on `lists`. The gradients are
-// multiplied by `grad_scale` (clipping, float16's loss scale); where it is not 1
-// the kernel divides them by its inverse in place, so they are spent after.
+// What one AdamW step reads besides the lists, all on the parameters' device
+// so that nothing waits on the host (issue 46: no per-call torch::full).
+struct AdamWStepArgs {
+  torch::Tensor step;       // 0-dim fp32: the step count, counted from 1 (exact to 2^24)
+  double lr = 0;            // the learning rate, where lr_tensor is undefined
+  torch::Tensor lr_tensor;  // or 0-dim fp32 (_fused_adamw_.tensor_lr)
+  // The kernel's grad_scale: it divides the gradients by it, in place (they are
+  // spent after); none = 1.
+  std::optional<torch::Tensor> divisor;
+  // 0-dim fp32, 1 = leave parameters and moments as they are (the kernel's found_inf).
+  std::optional<torch::Tensor> found_inf;
+};
+
+// One AdamW step on `lists` with `weight_decay`: one _fused_adamw_ call (one
+// launch per list on CUDA, as many tensors as the lists hold).
+void fused_adamw_step(const AdamWLists& lists, const AdamWHyper& h, const AdamWStepArgs& a, double weight_decay);
+
+// Step `step` (counted from 1) of AdamW on `lists`, the step count and divisor
+// made here. The gradients are multiplied by `grad_scale` (clipping, float16's
+// loss scale); where it is not 1 the kernel divides them by its inverse in
+// place, so they are spent after.
 void fused_adamw_step(const AdamWLists& lists, const AdamWHyper& h, double lr, double weight_decay, int64_t step,
                       double grad_scale);
 

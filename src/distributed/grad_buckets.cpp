@@ -42,7 +42,8 @@ GradBuckets::GradBuckets(const std::vector<torch::Tensor>& params, const std::ve
   point_grads_at_buckets();
   for (size_t i = 0; i < slots_.size(); ++i) {
     const int si = static_cast<int>(i);
-    hook_ids_.push_back(slots_[i].param.register_hook([this, si](const torch::Tensor& g) { on_grad(si, g); }));
+    hook_ids_.push_back(
+        slots_[i].param.register_hook([this, si](const torch::Tensor& g) -> torch::Tensor { return on_grad(si, g); }));
   }
 }
 
@@ -81,35 +82,54 @@ void GradBuckets::point_grads_at_buckets() {
 
 void GradBuckets::backward(const torch::Tensor& loss, bool last_micro) {
   in_last_ = last_micro;
+  if (!last_micro && stale_) {
+    // autograd accumulates into the .grad views of the buckets: they start at 0.
+    torch::NoGradGuard no_grad;
+    for (auto& b : buckets_) b.grad.zero_();
+    stale_ = false;
+  }
   if (last_micro) {
-    // The hooks write the bucket; autograd's own accumulation goes to a
-    // throw-away tensor instead of into a buffer MPI may be reducing.
+    // The hooks write the bucket; autograd's own accumulation must not add into
+    // a buffer a collective may be reducing: .grad is undefined until each
+    // hook hands autograd its bucket view to store (no second copy).
     for (auto& s : slots_) s.param.mutable_grad() = torch::Tensor();
     for (auto& b : buckets_) {
       b.pending = static_cast<int>(b.slots.size());
       b.launched = false;
     }
+    arrived_.assign(slots_.size(), 0);
     next_launch_ = 0;
   }
   loss.backward();
   if (!last_micro) accumulated_ = true;
 }
 
-void GradBuckets::on_grad(int si, const torch::Tensor& g) {
-  if (!in_last_) return;
+torch::Tensor GradBuckets::on_grad(int si, const torch::Tensor& g) {
+  if (!in_last_) return {};
   auto& s = slots_[si];
   auto& b = buckets_[s.bucket];
   torch::NoGradGuard no_grad;
   auto slot = b.grad.narrow(0, s.offset, s.numel);
+  // Without earlier micro-steps the slot is overwritten (what the last step
+  // left there needs no zeroing).
   if (accumulated_)
     slot.add_(g.reshape({-1}));
   else
     slot.copy_(g.reshape({-1}));
+  arrived_[si] = 1;
   if (--b.pending == 0) launch_ready();
   // Open MPI progresses nonblocking collectives only inside MPI calls: poll the
-  // ones in flight from the backward that runs alongside them.
-  for (size_t i = 0; i < next_launch_; ++i)
-    if (buckets_[i].work) buckets_[i].work->test();
+  // ones in flight from the backward that runs alongside them. NCCL needs no
+  // polling (and each test() would be a cudaEventQuery).
+  if (!b.grad.is_cuda())
+    for (size_t i = 0; i < next_launch_; ++i)
+      if (buckets_[i].work) buckets_[i].work->test();
+  // The bucket view replaces autograd's gradient: AccumulateGrad stores it as
+  // .grad (it steals a tensor nobody else holds) and autograd's own gradient is
+  // freed now, not kept as a second copy until finish(). A hook may not change
+  // the dtype: with 16-bit gradients into fp32 buckets autograd keeps its own.
+  if (g.scalar_type() != slot.scalar_type() || g.device() != slot.device()) return {};
+  return slot.view(s.param.sizes());
 }
 
 void GradBuckets::launch_ready() {
@@ -128,28 +148,36 @@ void GradBuckets::finish() {
   LLMTRAIN_CHECK(in_last_, "finish_gradients() called without a backward(loss, last_micro=true) before it");
   // Buckets whose parameters got no gradient in this backward (unused
   // parameters) start now, still in index order.
+  torch::NoGradGuard no_grad;
   while (next_launch_ < buckets_.size()) {
-    // Slots that received no gradient hold what earlier micro-steps left, or
-    // zeros (zero()), which is their true sum.
-    launch(buckets_[next_launch_++]);
+    // Slots that received no gradient hold what earlier micro-steps left (their
+    // true sum); without earlier micro-steps, what the last step left: zeroed
+    // here, the only slots zero() did not leave to the hooks to overwrite.
+    auto& b = buckets_[next_launch_++];
+    if (!accumulated_)
+      for (int si : b.slots)
+        if (!arrived_[si]) b.grad.narrow(0, slots_[si].offset, slots_[si].numel).zero_();
+    launch(b);
   }
   for (auto& b : buckets_) {
     b.work->wait();
     b.work.reset();
   }
-  // Averages are exact: sum, then one division by the world size.
-  torch::NoGradGuard no_grad;
-  for (auto& b : buckets_) shard_grad(b).div_(comm_.world_size());
+  // Averages are exact: sum, then one division by the world size (none on one
+  // rank: a division by 1 is a pass over every gradient for nothing).
+  if (comm_.world_size() > 1)
+    for (auto& b : buckets_) shard_grad(b).div_(comm_.world_size());
   point_grads_at_buckets();
   in_last_ = false;
+  stale_ = false;
 }
 
 void GradBuckets::zero() {
-  torch::NoGradGuard no_grad;
-  for (auto& b : buckets_) {
-    b.grad.zero_();
-    if (b.grad_shard.defined()) b.grad_shard.zero_();
-  }
+  // No pass over the buckets here: the last micro-step's hooks overwrite every
+  // slot that gets a gradient (finish() zeroes the others), and a micro-step
+  // before the last zeroes them first (backward), since autograd accumulates.
+  // grad_shard is the reduce-scatter's output, written whole.
+  stale_ = true;
   accumulated_ = false;
 }
 

@@ -17,13 +17,17 @@
 //     autograd accumulates in place, no hook does anything, nothing is sent.
 //   last micro-step: .grad is detached first; a hook (Tensor::register_hook, a
 //     pre-hook of the param's AccumulateGrad: it sees the incoming gradient
-//     before accumulation) adds that gradient into the bucket slot. When every
-//     slot of a bucket has arrived, the bucket's collective starts (buckets start
-//     strictly in index order, so every rank issues the same sequence). The
-//     gradient autograd then stores in .grad is dropped in finish().
-//   finish(): starts any bucket not yet started (unused parameters), waits
-//     (the Collectives time the waits), divides by the world size, points .grad
-//     back at the bucket views.
+//     before accumulation) copies that gradient into the bucket slot (adds, after
+//     earlier micro-steps) and hands autograd the slot's view in its place, which
+//     AccumulateGrad stores as .grad (16-bit gradients into fp32 buckets: autograd
+//     keeps its own until finish()). When every slot of a bucket has arrived, the
+//     bucket's collective starts (buckets start strictly in index order, so every
+//     rank issues the same sequence).
+//   finish(): zeroes the slots that got no gradient (unused parameters) and
+//     starts their buckets, waits (the Collectives time the waits), divides by
+//     the world size (above one rank), points .grad back at the bucket views.
+//   zero() launches nothing: the next micro-step overwrites (last) or zeroes
+//     first (before the last).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -98,7 +102,8 @@ class GradBuckets {
 
  private:
   void flatten(Bucket& b, torch::ScalarType param_dtype, torch::Device device);
-  void on_grad(int slot, const torch::Tensor& grad);
+  // The slot's view to store as .grad in place of `grad`, or undefined (keep it).
+  torch::Tensor on_grad(int slot, const torch::Tensor& grad);
   void launch_ready();
   void launch(Bucket& b);
   void point_grads_at_buckets();
@@ -110,6 +115,8 @@ class GradBuckets {
   std::vector<unsigned> hook_ids_;
   bool in_last_ = false;
   bool accumulated_ = false;  // a micro-step since zero() left gradients in the buckets
+  bool stale_ = false;        // zero() was called: the buckets hold the last step's gradients
+  std::vector<char> arrived_; // per slot: its gradient arrived in this last micro-step
   size_t next_launch_ = 0;
 };
 

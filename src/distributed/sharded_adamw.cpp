@@ -56,44 +56,87 @@ size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vec
   s.exp_avg = torch::zeros({param.numel()}, fp32);
   s.exp_avg_sq = torch::zeros({param.numel()}, fp32);
   s.ranges = std::move(ranges);
+  if (!step_.defined()) step_ = torch::zeros({}, fp32);
   shards_.push_back(std::move(s));
   return shards_.size() - 1;
 }
 
-double ShardedAdamW::grad_norm() {
-  // The squares summed on the shards' device, in double, shard by shard as the
-  // host summed them before (the same bits): one host wait per step, not one
-  // per shard (DDP's buckets are shards: 56 waits on the GPU for LLaMA-3 1.5B).
+torch::Tensor ShardedAdamW::grad_sq() {
   const auto device = shards_.empty() ? torch::Device(torch::kCPU) : shards_.front().grad.device();
   auto sq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
-  for (const auto& s : shards_) {
+  if (!shards_.empty()) {
+    std::vector<torch::Tensor> grads;
+    for (const auto& s : shards_) grads.push_back(s.grad);
     // A 16-bit gradient's norm in fp32: bf16 would keep 3 digits of it.
-    const auto n = (s.grad.scalar_type() == torch::kFloat ? s.grad : s.grad.to(torch::kFloat)).norm();
-    sq.add_(n.to(torch::kDouble).square());
+    const auto norms = at::_foreach_norm(grads, 2, torch::kFloat);  // one fp32 norm per shard
+    sq.add_(at::stack(norms).to(torch::kDouble).square().sum());
   }
   // Replicated: identical on every rank, no traffic. Sharded: NCCL reduces device memory only.
   if (sharding_ != Sharding::replicated) comm_.allreduce_sum(sq);
-  return std::sqrt(sq.item<double>());
+  return sq;
 }
+
+double ShardedAdamW::grad_norm() { return std::sqrt(grad_sq().item<double>()); }
+
+torch::Tensor ShardedAdamW::grad_norm_tensor() { return grad_sq().sqrt().to(torch::kFloat).reshape({}); }
 
 void ShardedAdamW::step(double lr, double grad_scale, const std::function<void(size_t)>& after_shard) {
   torch::NoGradGuard no_grad;
-  ++step_;
-  for (size_t i = 0; i < shards_.size(); ++i) {
-    auto& s = shards_[i];
-    // The fused kernel wants the gradient in the dtype of what it updates.
+  if (shards_.empty()) return;
+  step_.add_(1);
+  AdamWStepArgs a;
+  a.step = step_;
+  a.lr = lr;
+  if (grad_scale != 1.0) a.divisor = torch::full({}, 1.0 / grad_scale, step_.options());
+  update(a, after_shard);
+}
+
+void ShardedAdamW::step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
+                        const std::function<void(size_t)>& after_shard) {
+  torch::NoGradGuard no_grad;
+  if (shards_.empty()) return;
+  step_.add_(1);
+  AdamWStepArgs a;
+  a.step = step_;
+  a.lr_tensor = lr.to(step_.options()).reshape({});
+  a.divisor = grad_scale.to(step_.options()).reshape({}).reciprocal();
+  a.found_inf = found_inf.to(step_.options()).reshape({});
+  update(a, after_shard);
+  step_.sub_(*a.found_inf);  // a skipped step is not counted (torch.optim does the same)
+}
+
+void ShardedAdamW::update(const AdamWStepArgs& a, const std::function<void(size_t)>& after_shard) {
+  // The fused kernel wants the gradient in the dtype of what it updates.
+  auto add_ranges = [&](Shard& s, AdamWLists& dec, AdamWLists& nodec) {
     auto& p = s.master.defined() ? s.master : s.param;
     auto g = s.grad.scalar_type() == p.scalar_type() ? s.grad : s.grad.to(p.scalar_type());
-    AdamWLists dec, nodec;
     for (const auto& r : s.ranges)
       (r.decay ? dec : nodec)
           .add(p.narrow(0, r.shard_offset, r.numel), g.narrow(0, r.shard_offset, r.numel),
                s.exp_avg.narrow(0, r.shard_offset, r.numel), s.exp_avg_sq.narrow(0, r.shard_offset, r.numel));
-    fused_adamw_step(dec, hyper_, lr, hyper_.weight_decay, step_, grad_scale);
-    fused_adamw_step(nodec, hyper_, lr, 0.0, step_, grad_scale);
-    if (s.master.defined()) s.param.copy_(s.master);
-    if (after_shard) after_shard(i);
+  };
+  if (!after_shard) {  // one call per group over every shard
+    AdamWLists dec, nodec;
+    for (auto& s : shards_) add_ranges(s, dec, nodec);
+    fused_adamw_step(dec, hyper_, a, hyper_.weight_decay);
+    fused_adamw_step(nodec, hyper_, a, 0.0);
+    for (auto& s : shards_)
+      if (s.master.defined()) s.param.copy_(s.master);
+    return;
   }
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    auto& s = shards_[i];
+    AdamWLists dec, nodec;
+    add_ranges(s, dec, nodec);
+    fused_adamw_step(dec, hyper_, a, hyper_.weight_decay);
+    fused_adamw_step(nodec, hyper_, a, 0.0);
+    if (s.master.defined()) s.param.copy_(s.master);
+    after_shard(i);
+  }
+}
+
+int64_t ShardedAdamW::steps() const {
+  return step_.defined() ? static_cast<int64_t>(step_.item<float>()) : 0;
 }
 
 int64_t ShardedAdamW::state_bytes() const {
@@ -127,7 +170,7 @@ void ShardedAdamW::finish_load(int64_t steps) {
   torch::NoGradGuard no_grad;
   for (auto& s : shards_)
     if (s.master.defined()) s.param.copy_(s.master);
-  step_ = steps;
+  if (step_.defined()) step_.fill_(static_cast<double>(steps));
 }
 
 }  // namespace llmtrain

@@ -28,6 +28,7 @@
 namespace llmtrain {
 
 class Collectives;
+struct AdamWStepArgs;  // distributed/fused_adamw.hpp
 
 // Where parameter `param` (an index into the strategy's ParamGroups::params)
 // overlaps a shard: elements [param_offset, param_offset + numel) of the
@@ -72,18 +73,31 @@ class ShardedAdamW {
   size_t add_shard(torch::Tensor param, torch::Tensor grad, std::vector<ShardRange> ranges,
                    torch::Tensor master_init = {});
 
-  // Global L2 norm of the gradient: the norm of each shard, their squares
-  // summed in double, then over ranks (one allreduce; none when replicated,
-  // where every rank holds the whole averaged gradient).
+  // Global L2 norm of the gradient: the norms of all shards in one
+  // _foreach_norm (fp32), their squares summed in double, then over ranks (one
+  // allreduce; none when replicated, where every rank holds the whole averaged
+  // gradient). grad_norm() reads it on the host; grad_norm_tensor() leaves it
+  // on the device, a 0-dim fp32 tensor.
   double grad_norm();
+  torch::Tensor grad_norm_tensor();
   // One AdamW step on every shard with gradients scaled by `grad_scale` (the
   // clip coefficient, divided by float16's loss scale): update the fp32 master
   // or the parameter, copy the master back, then `after_shard(i)` (ZeRO-1
   // starts that shard's all-gather there; FSDP refreshes a gathered unit).
+  // Without after_shard, one fused call per weight-decay group over every
+  // shard; with it, two per shard (each shard's update before its callback).
   void step(double lr, double grad_scale, const std::function<void(size_t)>& after_shard);
+  // The same with the learning rate and gradient scale as 0-dim fp32 tensors
+  // on the shards' device, and `found_inf` (0-dim fp32, 1 = skip): a skipped
+  // step leaves parameters, moments and the step count as they were, decided
+  // on the device (no host read).
+  void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
+            const std::function<void(size_t)>& after_shard);
 
   torch::Tensor param_shard(size_t i) const { return shards_.at(i).param; }
-  int64_t steps() const { return step_; }
+  // Steps taken: read from the device's step count (a host wait on a GPU;
+  // checkpoints ask).
+  int64_t steps() const;
   int64_t state_bytes() const;
   size_t num_shards() const { return shards_.size(); }
 
@@ -102,12 +116,16 @@ class ShardedAdamW {
     std::vector<ShardRange> ranges;
   };
   std::vector<StateSlice> slices(StateTensor what) const;
+  torch::Tensor grad_sq();  // (1) double: the squared global norm
+  void update(const AdamWStepArgs& a, const std::function<void(size_t)>& after_shard);
 
   AdamWHyper hyper_;
   Collectives& comm_;
   Sharding sharding_;
   std::vector<Shard> shards_;
-  int64_t step_ = 0;
+  // 0-dim fp32 on the shards' device: AdamW's step count, which the fused
+  // kernel reads (incremented on the device, so a step needs no new tensor).
+  torch::Tensor step_;
 };
 
 }  // namespace llmtrain

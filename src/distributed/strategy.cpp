@@ -1,5 +1,6 @@
 #include "llmtrain/distributed/strategy.hpp"
 
+#include <functional>
 #include <unordered_set>
 #include <vector>
 
@@ -87,6 +88,11 @@ class DdpStrategy final : public Strategy {
     buckets_.zero();
   }
   void skip_step() override { buckets_.zero(); }
+  torch::Tensor grad_norm_tensor() override { return adam_.grad_norm_tensor(); }
+  void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
+    adam_.step(lr, grad_scale, found_inf, /*after_shard=*/nullptr);
+    buckets_.zero();
+  }
 
   // Every rank holds the same state: rank 0 saves all of it, every rank loads all of it.
   std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.save_slices(what); }
@@ -135,10 +141,25 @@ class Zero1Strategy final : public Strategy {
   // and travels while the next shards are updated; the wait at the end is the
   // exposed part.
   void step(double lr, double clip_coef) override {
+    step_and_gather([&](const std::function<void(size_t)>& after) { adam_.step(lr, clip_coef, after); });
+  }
+  void skip_step() override { buckets_.zero(); }
+  torch::Tensor grad_norm_tensor() override { return adam_.grad_norm_tensor(); }
+  // A skipped step (found_inf = 1) gathers the unchanged shards: the same
+  // collectives on every rank either way, and no host read to choose.
+  void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
+    step_and_gather(
+        [&](const std::function<void(size_t)>& after) { adam_.step(lr, grad_scale, found_inf, after); });
+  }
+
+  // `adam_step(after_shard)` runs the AdamW step; each bucket's parameter
+  // all-gather starts as soon as its shard is updated.
+  template <typename AdamStep>
+  void step_and_gather(const AdamStep& adam_step) {
     torch::NoGradGuard no_grad;
     auto& bs = buckets_.buckets();
     std::vector<std::unique_ptr<CommWork>> gathers;
-    adam_.step(lr, clip_coef, [&](size_t i) {
+    adam_step([&](size_t i) {
       for (auto& w : gathers) w->test();  // MPI progresses nonblocking collectives inside its calls
       auto shard = adam_.param_shard(i);
       gathers.push_back(comm_.all_gather_async(shard, bs[i].param));  // in place: the shard sits in the bucket
@@ -146,7 +167,6 @@ class Zero1Strategy final : public Strategy {
     for (auto& w : gathers) w->wait();
     buckets_.zero();
   }
-  void skip_step() override { buckets_.zero(); }
 
   std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.save_slices(what); }
   std::vector<StateSlice> load_slices(StateTensor what) override { return adam_.load_slices(what); }

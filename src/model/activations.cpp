@@ -13,17 +13,16 @@ double dtype_bytes(ComputeDtype dtype) { return dtype == ComputeDtype::float32 ?
 namespace {
 
 // Bytes per token a norm over C saves with the matmul that reads its output
-// (e: the compute dtype, r: the residual stream's). RMSNorm computes in fp32:
-// its fp32 input (the residual stream itself, or its fp32 copy when the
-// stream is 16-bit: the stream is then saved by nothing), the fp32 reciprocal
-// RMS of the row, the normalized rows (rounded to r before the weight) and
-// its output as the next matmul saves it (autocast's 16-bit copy under
-// autocast). LayerNorm saves its input with a mean and a reciprocal deviation
-// per row, all in r (CPU autocast does not lift it to fp32), and the matmul
-// its output.
+// (e: the compute dtype, r: the residual stream's). RMSNorm is one fused op
+// (CUDA's _fused_rms_norm, its CPU twin in model/layers.cpp): it saves its
+// input as given (the residual stream, in r) and the fp32 reciprocal RMS of
+// the row, not its normalized rows; the matmul saves its output (autocast's
+// 16-bit copy under autocast). LayerNorm saves its input with a mean and a
+// reciprocal deviation per row, all in r (CPU autocast does not lift it to
+// fp32), and the matmul its output.
 double norm_bytes_per_token(const ModelConfig& m, double e, double r) {
   const double C = static_cast<double>(m.n_embd);
-  if (m.norm == NormKind::rmsnorm) return 4 * C + 4 + r * C + e * C;
+  if (m.norm == NormKind::rmsnorm) return r * C + 4 + e * C;
   return r * C + 2 * r + e * C;
 }
 
@@ -39,23 +38,28 @@ double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int6
   const double T = m.block_size, tokens = static_cast<double>(batch_size) * T;
   // ln_1 and ln_2, each with the matmul that reads it.
   double per_token = 2 * norm_bytes_per_token(m, e, r);
-  // QK-norm (RMSNorm over D of q and k, before RoPE): in fp32 it reads q and k
-  // as views of c_attn's output and keeps that whole (B, T, (H+2K)D) tensor
-  // alive; below fp32 it keeps its fp32 copies of q and k. Plus an fp32
-  // reciprocal RMS per head and the normalized q and k in the compute dtype.
-  if (m.qk_norm)
-    per_token += (e < 4.0 ? (H + K) * D * 4.0 : (H + 2 * K) * D * 4.0) + (H + K) * 4.0 + (H + K) * D * e;
-  // RoPE saves only its (T, D/2) tables; its outputs are copied into the
-  // (B, h, T, D) layout the kernel reads, and those copies are what it saves.
+  // QK-norm (RMSNorm over D of q and k, before RoPE) saves its inputs, views
+  // of c_attn's (B, T, (H+2K)D) output (which keeps all of it alive: counted
+  // with attention below), and an fp32 reciprocal RMS per head; RoPE, which
+  // reads its output, saves only its (T, D/2) tables.
+  const bool rope = m.pos_encoding == PosEncoding::rope;
+  if (m.qk_norm) per_token += (H + K) * 4.0;
   if (attention == AttentionBackend::manual) {
-    // The scaled q, k and v the two matmuls read, the (T, T) softmax
-    // probabilities of every head (and their dropout mask), and the copy of
-    // the output c_proj reads.
+    // c_attn's output where QK-norm keeps it; the scaled q, k and v the two
+    // matmuls read (copies into (B, h, T, D)), the (T, T) softmax probabilities
+    // of every head (and their dropout mask), and the copy of the output c_proj
+    // reads.
+    if (m.qk_norm) per_token += (H + 2 * K) * D * e;
     per_token += (H + 2 * K) * D * e + H * T * e * (m.dropout > 0 ? 2.0 : 1.0) + H * D * e;
   } else {
-    // q, k, v, the output and one fp32 log-sum-exp per row and head, and the
-    // (B, T, H*D) copy of the output c_proj reads.
-    per_token += (H + 2 * K) * D * e + 2 * H * D * e + H * 4.0;
+    // SDPA saves q, k and v as passed: (B, h, T, D) views. q and k are new
+    // tensors after RoPE or QK-norm; otherwise views of c_attn's output, as v
+    // is where QK-norm keeps that output anyway or without RoPE; else v is a
+    // copy. Then the output (c_proj reads it through a view: it comes in q's
+    // (B, T, H, D) storage) and one fp32 log-sum-exp per row and head.
+    const bool qkv_kept = m.qk_norm || !rope;
+    per_token += (qkv_kept ? (H + 2 * K) * D * e : K * D * e) + (rope || m.qk_norm ? (H + K) * D * e : 0.0) +
+                 H * D * e + H * 4.0;
   }
   // MLP: SwiGLU keeps c_fc's (B, T, 2F) output (silu reads the gate as a view
   // of it), silu(gate) and the product c_proj reads; GELU its input and output.

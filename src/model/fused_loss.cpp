@@ -31,26 +31,37 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
                                                                         : weight.scalar_type();
     const auto x = hidden.to(compute);
     const auto w = weight.to(compute);
-    const auto valid = targets.ne(ignore_index);
-    const int64_t n_valid = valid.sum().item<int64_t>();
-    const double scale = 1.0 / static_cast<double>(n_valid);  // inf with no valid target: nan, as the plain path
-    const bool all_valid = n_valid == N;  // no row to mask
+    // CUDA's GEMMs write fp32 from 16-bit inputs (mm / addmm with out_dtype):
+    // the logits straight into the fp32 buffer, x's gradient into its fp32
+    // tensor, and the weight's gradient accumulated in fp32 by the GEMM itself.
+    // The CPU has no such kernel: there a 16-bit product is cast or added.
+    const bool gemm_to_fp32 = hidden.is_cuda() && compute != torch::kFloat;
+    // No host read: the count of valid targets stays on the device. Each row's
+    // gradient is scaled by valid / n_valid (0 on ignored rows), its loss term
+    // masked by valid (n_valid = 0 gives nan, as the plain path).
+    const auto valid = targets.ne(ignore_index);                                          // (N) bool
+    const auto row_weight = valid.to(torch::kFloat).div_(valid.sum().to(torch::kFloat));  // (N) fp32
     torch::Tensor grad_x, grad_w;
     if (want_x) grad_x = torch::empty({N, C}, hidden.options());
     if (want_w) grad_w = torch::zeros_like(weight);
     auto loss_sum = torch::zeros({}, hidden.options().dtype(torch::kFloat));
-    // One fp32 logits buffer serves every chunk (fp32 compute writes it directly).
+    // One fp32 logits buffer serves every chunk.
     torch::Tensor buffer;
-    if (compute == torch::kFloat) buffer = torch::empty({std::min(chunk_rows, N), w.size(0)}, x.options());
+    if (compute == torch::kFloat || gemm_to_fp32)
+      buffer = torch::empty({std::min(chunk_rows, N), w.size(0)}, x.options().dtype(torch::kFloat));
     for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
       const int64_t n = std::min(chunk_rows, N - r0);
       const auto xc = x.narrow(0, r0, n);
       const auto yc = targets.narrow(0, r0, n);
       const auto vc = valid.narrow(0, r0, n);
+      const auto wc = row_weight.narrow(0, r0, n).unsqueeze(1);  // (n, 1)
       torch::Tensor logits;  // (n, V) fp32
       if (buffer.defined()) {
         logits = buffer.narrow(0, 0, n);
-        at::mm_out(logits, xc, w.t());
+        if (gemm_to_fp32)
+          at::mm_out(logits, xc, w.t(), torch::kFloat);
+        else
+          at::mm_out(logits, xc, w.t());
       } else {
         logits = at::matmul(xc, w.t()).to(torch::kFloat);
       }
@@ -59,42 +70,39 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
       // there, one more below; logsumexp and a separate subtraction read and
       // wrote the 64 MiB chunk four more times).
       at::_log_softmax_out(logits, logits, 1, /*half_to_float=*/false);
-      const auto safe_y = all_valid ? yc.unsqueeze(1) : yc.masked_fill(vc.logical_not(), 0).unsqueeze(1);
+      const auto safe_y = yc.masked_fill(vc.logical_not(), 0).unsqueeze(1);
       const auto picked = logits.gather(1, safe_y).squeeze(1);  // (n) log p(y)
-      loss_sum.sub_(all_valid ? picked.sum() : (picked * vc).sum());
+      loss_sum.sub_((picked * vc).sum());
       if (!want_x && !want_w) continue;
-      // d loss / d logits = (softmax - onehot(y)) / n_valid on valid rows, 0
-      // elsewhere; the softmax is made in place, and in fp32 the 1 / n_valid
-      // goes into the products below as their alpha (no pass of its own).
+      // d loss / d logits = (softmax - onehot(y)) * valid / n_valid, the
+      // softmax made in place and scaled in fp32 before any rounding (as the
+      // plain path's gradient is).
       logits.exp_();
       logits.scatter_add_(1, safe_y, torch::full({n, 1}, -1.0f, logits.options()));
-      if (!all_valid) logits.mul_(vc.to(torch::kFloat).unsqueeze(1));
-      // Below fp32 the gradient is scaled before it is rounded, as the plain path's is.
-      double alpha = scale;
-      if (compute != torch::kFloat) {
-        logits.mul_(scale);
-        alpha = 1.0;
-      }
+      logits.mul_(wc);
       const auto g = logits.to(compute);
       if (want_x) {
         auto gx = grad_x.narrow(0, r0, n);  // rows of a contiguous tensor: written in place
-        if (gx.scalar_type() == compute) {
-          at::addmm_out(gx, gx, g, w, /*beta=*/0, /*alpha=*/alpha);  // beta 0: gx's contents are not read
-        } else {
-          gx.copy_(at::mm(g, w)).mul_(alpha);
-        }
+        if (gx.scalar_type() == compute)
+          at::mm_out(gx, g, w);
+        else if (gemm_to_fp32)
+          at::mm_out(gx, g, w, gx.scalar_type());
+        else
+          gx.copy_(at::mm(g, w));
       }
-      // Accumulated in place: no (V, C) temporary per chunk.
+      // Accumulated in place: no (V, C) temporary per chunk where the GEMM can
+      // add into grad_w itself.
       if (want_w) {
-        if (grad_w.scalar_type() == compute) {
-          grad_w.addmm_(g.t(), xc, /*beta=*/1, /*alpha=*/alpha);
-        } else {
-          grad_w.add_(at::mm(g.t(), xc), alpha);
-        }
+        if (grad_w.scalar_type() == compute)
+          grad_w.addmm_(g.t(), xc);
+        else if (gemm_to_fp32)
+          at::addmm_out(grad_w, grad_w, g.t(), xc, grad_w.scalar_type());
+        else
+          grad_w.add_(at::mm(g.t(), xc));
       }
     }
     ctx->save_for_backward({grad_x, grad_w});
-    return loss_sum.mul_(scale).to(torch::kFloat);
+    return loss_sum.div_(valid.sum()).to(torch::kFloat);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -110,15 +118,20 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
 
 }  // namespace
 
-int64_t default_chunk_rows(int64_t rows, int64_t vocab) {
-  // 64 MiB of fp32 logits, but at least 512 rows: every chunk reads the whole
-  // (V, C) weight twice (the logits' product and x's gradient) and writes its
-  // gradient once, and BLAS packs the weight each time. On CPU, the small
+int64_t default_chunk_rows(int64_t rows, int64_t vocab, bool cuda) {
+  // CPU: 64 MiB of fp32 logits, but at least 512 rows: every chunk reads the
+  // whole (V, C) weight twice (the logits' product and x's gradient) and writes
+  // its gradient once, and BLAS packs the weight each time. On CPU, the small
   // LLaMA's LM head (2048 x 256 x 50304) took 1.31 s a step in chunks of 333
-  // rows, 1.19-1.26 s in chunks of 512, 1.17-1.18 s whole. Then the rows are
-  // shared evenly (4 x 512, not 6 x 333 and a tail of 50 that packs the weight
-  // as often as a full chunk).
-  const int64_t most = std::max<int64_t>(512, (int64_t{64} << 20) / (4 * std::max<int64_t>(vocab, 1)));
+  // rows, 1.19-1.26 s in chunks of 512, 1.17-1.18 s whole.
+  // CUDA: at most 512 MiB of fp32 logits (with its 16-bit copy, 768 MiB at once
+  // for a 16-bit compute dtype: LLaMA-2's 32000 vocabulary at 8 x 2048 tokens
+  // in 4 chunks of 4096 rows, where 64 MiB made 32): every chunk reads and
+  // writes the fp32 weight gradient once, and larger GEMMs run nearer peak.
+  // Then the rows are shared evenly (4 x 512, not 6 x 333 and a tail of 50
+  // that packs the weight as often as a full chunk).
+  const int64_t cap = cuda ? (int64_t{512} << 20) : (int64_t{64} << 20);
+  const int64_t most = std::max<int64_t>(512, cap / (4 * std::max<int64_t>(vocab, 1)));
   const int64_t chunks = (std::max<int64_t>(rows, 1) + most - 1) / most;
   return (std::max<int64_t>(rows, 1) + chunks - 1) / chunks;
 }
@@ -131,7 +144,7 @@ torch::Tensor fused_linear_cross_entropy(const torch::Tensor& hidden, const torc
   LLMTRAIN_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0),
                  "fused cross-entropy: targets (N) expected, got {} for {} rows", c10::str(targets.sizes()),
                  hidden.size(0));
-  if (chunk_rows <= 0) chunk_rows = default_chunk_rows(hidden.size(0), weight.size(0));
+  if (chunk_rows <= 0) chunk_rows = default_chunk_rows(hidden.size(0), weight.size(0), hidden.is_cuda());
   // Which gradients to make (forward runs with grad mode off, so it is decided here).
   const bool grad = torch::GradMode::is_enabled();
   return FusedLinearCrossEntropy::apply(hidden, weight, targets, ignore_index, chunk_rows,

@@ -21,8 +21,8 @@ torch::Tensor fused_linear_cross_entropy(const torch::Tensor& hidden, const torc
                                          const torch::Tensor& targets, int64_t ignore_index = -1,
                                          int64_t chunk_rows = 0);
 
-// Rows per chunk of `rows`: about 64 MiB of fp32 logits, at least 512 rows,
-// the same for every chunk.
-int64_t default_chunk_rows(int64_t rows, int64_t vocab);
+// Rows per chunk of `rows`: about 64 MiB of fp32 logits on the CPU, 512 MiB on
+// CUDA (`cuda`), at least 512 rows, the same for every chunk.
+int64_t default_chunk_rows(int64_t rows, int64_t vocab, bool cuda = false);
 
 }  // namespace llmtrain::model_detail

@@ -9,6 +9,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -28,13 +29,59 @@ NormImpl::NormImpl(int64_t dim, bool layernorm, bool bias, double eps)
   if (layernorm && bias) this->bias = register_parameter("bias", torch::zeros({dim}));
 }
 
+namespace {
+
+// RMSNorm on the CPU as CUDA's fused kernel (at::_fused_rms_norm) runs it: one
+// op each way (llmtrain::rms_norm and its backward in a profile), saving only
+// the input and the fp32 reciprocal RMS of each row, so the CPU keeps what the
+// GPU keeps (the memory model, model/activations.cpp, counts it once for both).
+// Forward: y = (x * rstd) * w in fp32, rounded once to x's dtype (fp32: the bits
+// of the composite pow/mean/rsqrt/mul). x: (..., C), w: (C) in x's dtype.
+class RmsNormCpu : public torch::autograd::Function<RmsNormCpu> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& w, double eps) {
+    RECORD_FUNCTION("llmtrain::rms_norm", std::vector<c10::IValue>());
+    auto xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
+    auto rstd = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);  // (..., 1) fp32
+    auto y = xf * rstd * (w.scalar_type() == at::kFloat ? w : w.to(at::kFloat));
+    ctx->save_for_backward({x, w, rstd});
+    return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
+  }
+  // With xhat = x * rstd and g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)),
+  // dw = sum over rows of dy * xhat (fp32, then the weight's dtype).
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    RECORD_FUNCTION("llmtrain::rms_norm_backward", std::vector<c10::IValue>());
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1], &rstd = saved[2];
+    auto dy = grads[0].scalar_type() == at::kFloat ? grads[0] : grads[0].to(at::kFloat);
+    auto xhat = (x.scalar_type() == at::kFloat ? x : x.to(at::kFloat)) * rstd;
+    torch::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) {
+      auto g = dy * (w.scalar_type() == at::kFloat ? w : w.to(at::kFloat));
+      dx = rstd * (g - xhat * (g * xhat).mean(-1, /*keepdim=*/true));
+      if (dx.scalar_type() != x.scalar_type()) dx = dx.to(x.scalar_type());
+    }
+    if (ctx->needs_input_grad(1)) {
+      dw = (dy * xhat).reshape({-1, w.numel()}).sum(0);
+      if (dw.scalar_type() != w.scalar_type()) dw = dw.to(w.scalar_type());
+    }
+    return {dx, dw, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   if (layernorm_) return at::layer_norm(x, {dim_}, weight, bias, eps_);
-  // RMSNorm in float32 (x may be bf16 under autocast), then back to x's dtype.
-  auto xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
-  auto y = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  if (y.scalar_type() != x.scalar_type()) y = y.to(x.scalar_type());
-  return y * weight;
+  // The weight in x's dtype: CUDA's fused kernel (one launch each way, saving x
+  // and rstd) needs the two to match, else at::rms_norm falls back to the
+  // composite. They differ only for QK-norm under autocast (q, k 16-bit; the
+  // cast is of D elements).
+  auto w = weight.scalar_type() == x.scalar_type() ? weight : weight.to(x.scalar_type());
+  if (x.is_cpu()) return RmsNormCpu::apply(x, w, eps_);
+  return at::rms_norm(x, {dim_}, w, eps_);
 }
 
 // ---- RoPE ----------------------------------------------------------------------
@@ -50,8 +97,12 @@ std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t T, int64_t D, double
 }
 
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);  // (B, T, h, D/2)
+  // chunk, not narrow: its backward writes the two halves' gradients into one
+  // buffer (a cat), where each narrow's zero-fills a whole buffer and adds.
+  auto halves = x.chunk(2, -1);
+  const auto &x1 = halves[0], &x2 = halves[1];  // (B, T, h, D/2)
+  // The tables come cast once per forward (TransformerImpl::rope_for); a cast
+  // here is for other callers.
   auto c = cos.scalar_type() == x.scalar_type() ? cos : cos.to(x.scalar_type());
   auto s = sin.scalar_type() == x.scalar_type() ? sin : sin.to(x.scalar_type());
   return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
@@ -109,7 +160,8 @@ at::SDPBackend sdpa_choice(SdpaKernel k, torch::Device device, torch::ScalarType
   torch::AutoGradMode with_grad(true);
   SdpaKernelGuard guard(k);
   const auto opt = torch::TensorOptions().dtype(dtype).device(device).requires_grad(true);
-  auto q = torch::empty({1, H, T, D}, opt), kv = torch::empty({1, K, T, D}, opt);
+  // The layout AttentionImpl passes: (B, h, T, D) views of (B, T, h, D) storage.
+  auto q = torch::empty({1, T, H, D}, opt).transpose(1, 2), kv = torch::empty({1, T, K, D}, opt).transpose(1, 2);
   try {
     return static_cast<at::SDPBackend>(
         at::_fused_sdp_choice(q, kv, kv, {}, dropout, /*is_causal=*/true, std::nullopt, /*enable_gqa=*/K != H));
@@ -298,21 +350,39 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = n_head_, K = n_kv_head_, D = head_dim_;
   auto qkv = linear(c_attn, x);                                        // (B, T, (H + 2K) * D)
-  auto q = qkv.narrow(-1, 0, H * D).view({B, T, H, D});
-  auto k = qkv.narrow(-1, H * D, K * D).view({B, T, K, D});
-  auto v = qkv.narrow(-1, (H + K) * D, K * D).view({B, T, K, D});
+  // One split: its backward writes the three gradients into one (B, T, (H+2K)D)
+  // buffer, where three narrows would each zero-fill one and add.
+  auto parts = qkv.split_with_sizes({H * D, K * D, K * D}, -1);
+  auto q = parts[0].view({B, T, H, D});
+  auto k = parts[1].view({B, T, K, D});
+  auto v = parts[2].view({B, T, K, D});
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
   }
-  if (cos.defined()) {  // the caller's tables are for these T positions
+  const bool rope = cos.defined();
+  if (rope) {  // the caller's tables are for these T positions
     q = apply_rope(q, cos, sin);
     k = apply_rope(k, cos, sin);
   }
-  // (B, T, h, D) -> (B, h, T, D), contiguous so that heads group without copies.
-  q = q.transpose(1, 2).contiguous();
-  k = k.transpose(1, 2).contiguous();
-  v = v.transpose(1, 2).contiguous();
+  if (plan_->backend == AttentionBackend::manual) {
+    // (B, T, h, D) -> (B, h, T, D), contiguous so that heads group without copies.
+    q = q.transpose(1, 2).contiguous();
+    k = k.transpose(1, 2).contiguous();
+    v = v.transpose(1, 2).contiguous();
+  } else {
+    // SDPA's kernels read (B, h, T, D) views of (B, T, h, D) storage (the layout
+    // plan_attention probes), so q and k go as RoPE or the norm made them and
+    // the output comes back in (B, T, H, D) storage (its reshape below is a
+    // view). v alone is copied (into the same layout) when q and k are new
+    // tensors: a view of it would keep all of c_attn's output alive for backward,
+    // three times v's bytes for LLaMA; with QK-norm (which saves its inputs,
+    // views of qkv) or without RoPE (q, k views of qkv) that is kept anyway.
+    if (rope && !q_norm) v = v.contiguous();
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+    v = v.transpose(1, 2);
+  }
   auto y = causal_attention(q, k, v, *plan_, mask, dropout_, is_training(), docs);  // (B, H, T, D)
   y = y.transpose(1, 2).reshape({B, T, H * D});
   return linear(c_proj, y);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include "llmtrain/core/config.hpp"
@@ -126,10 +127,17 @@ std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rope_for(const torch::T
   const auto& p = *parts_;
   if (!p.rope_cos.defined()) return {};
   const int64_t B = idx.size(0), T = idx.size(1);
-  if (!docs) return {p.rope_cos.narrow(0, 0, T), p.rope_sin.narrow(0, 0, T)};
+  // Cast once here to the dtype RoPE reads (c_attn's output: autocast's dtype,
+  // else the parameters'), not once per block and table (apply_rope casts only
+  // what does not match).
+  const auto dev = p.rope_cos.device().type();
+  const auto dtype = at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev)
+                                                             : p.wte->weight.scalar_type();
+  auto cast = [&](const torch::Tensor& t) { return t.scalar_type() == dtype ? t : t.to(dtype); };
+  if (!docs) return {cast(p.rope_cos.narrow(0, 0, T)), cast(p.rope_sin.narrow(0, 0, T))};
   auto rows = docs->positions().reshape({-1});  // (B*T)
   auto gather = [&](const torch::Tensor& table) {
-    return table.index_select(0, rows).view({B, T, 1, table.size(-1)});
+    return cast(table.index_select(0, rows).view({B, T, 1, table.size(-1)}));
   };
   return {gather(p.rope_cos), gather(p.rope_sin)};
 }

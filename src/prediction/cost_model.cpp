@@ -18,16 +18,20 @@ namespace {
 // (autocast computes in bf16/fp16 with fp32 master weights: model/precision.hpp).
 constexpr double kParamBytes = 4.0;
 // Operators that touch data, per block and per forward, as model/layers.cpp
-// dispatches them (views not counted): RMSNorm is six (pow, mean, add, rsqrt,
-// mul, mul), LayerNorm one; RoPE seven per tensor (four multiplies, a subtract,
-// an add, the cat); q, k, v made contiguous (three copies); attention one
-// (manual: matmul, mask, softmax, matmul); the output back to (B, T, H*Q); the
-// four GEMMs; two residual adds; SwiGLU two (silu, mul), GELU one. 16-bit runs
-// add the autocast casts; backward dispatches about twice as many.
+// dispatches them (views not counted): RMSNorm one (CUDA's fused kernel; the
+// CPU twin is one llmtrain:: op), LayerNorm one; RoPE seven per tensor (four
+// multiplies, a subtract, an add, the cat); SDPA reads q, k, v as views (v
+// copied after RoPE without QK-norm: one copy), the manual path copies all
+// three and its output back to (B, T, H*Q); attention one (manual: matmul,
+// mask, softmax, matmul); the four GEMMs; two residual adds; SwiGLU two (silu,
+// mul), GELU one. 16-bit runs add the autocast casts; backward dispatches
+// about twice as many.
 constexpr double kOpsPer16BitCast = 4.0, kBackwardOpsFactor = 2.0;
 double ops_per_block_forward(const ModelConfig& m) {
-  const double norm = m.norm == NormKind::rmsnorm ? 6.0 : 1.0;
-  double ops = 2 * norm + 4 /* GEMMs */ + 3 /* contiguous q, k, v */ + 1 /* back to (B, T, H*Q) */ + 2 /* residuals */;
+  const double norm = 1.0;
+  const bool manual = m.attention_backend == AttentionBackend::manual;
+  const double copies = manual ? 3.0 + 1.0 : (m.pos_encoding == PosEncoding::rope && !m.qk_norm ? 1.0 : 0.0);
+  double ops = 2 * norm + 4 /* GEMMs */ + copies + 2 /* residuals */;
   if (m.qk_norm) ops += 2 * norm;
   if (m.pos_encoding == PosEncoding::rope) ops += 2 * 7.0;
   ops += m.attention_backend == AttentionBackend::manual ? 4.0 : 1.0;
@@ -44,9 +48,9 @@ constexpr double kManualScorePasses = 6.0;
 constexpr double kFlashBackwardFactor = 2.5;
 // AdamW (at::_fused_adamw_) per fp32 element of the shard: reads param, grad,
 // exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq (28 B); the gradient
-// norm reads the grad (4 B); zeroing the bucket writes it (4 B); averaging over
-// ranks reads and writes it (8 B, W > 1).
-constexpr double kAdamBytes = 28.0 + 4.0 + 4.0, kAverageBytes = 8.0;
+// norm reads the grad (4 B); the buckets are not zeroed (the last micro-step's
+// hooks overwrite them); averaging over ranks reads and writes it (8 B, W > 1).
+constexpr double kAdamBytes = 28.0 + 4.0, kAverageBytes = 8.0;
 
 bool is16(ComputeDtype d) { return d != ComputeDtype::float32; }
 double act_bytes(ComputeDtype d) { return is16(d) ? 2.0 : 4.0; }
@@ -207,14 +211,15 @@ double fused_block_bytes(const ModelConfig& m, const Shapes& s, double a, double
   return blk;
 }
 
-// RMSNorm over rows whose elements are `in` bytes (NormImpl::forward): to fp32
-// when 16-bit, pow (read, write), mean (read), the row scale (read, write),
-// back to the input's dtype when 16-bit, times the weight (read `in`, write
-// `out`: fp32 when a 16-bit row meets fp32 weights, as QK-norm's under
-// autocast). Bytes per row element.
-double rmsnorm_bytes(double in, double out) {
+// RMSNorm over rows whose elements are `in` bytes, as the CPU twin of the
+// fused kernel runs it (model/layers.cpp RmsNormCpu, the ATen ops a CPU trace
+// records inside llmtrain::rms_norm): to fp32 when 16-bit, pow (read, write),
+// mean (read), the row scale (read, write), times the weight in fp32 (read,
+// write), back to the input's dtype when 16-bit. Bytes per row element. (On
+// CUDA the fused kernel reads `in` and writes `in`.)
+double rmsnorm_bytes(double in) {
   const double to32 = in < 4.0 ? in + 4.0 : 0.0, back = in < 4.0 ? 4.0 + in : 0.0;
-  return to32 + 8.0 + 4.0 + 8.0 + back + in + out;
+  return to32 + 8.0 + 4.0 + 8.0 + 8.0 + back;
 }
 
 // Forward element-wise bytes of one block as model/layers.cpp dispatches it
@@ -225,24 +230,24 @@ double llmtrain_block_bytes(const ModelConfig& m, const Shapes& s, double e, dou
   const bool autocast = e < r;  // 16-bit matmuls over fp32 parameters: autocast casts their inputs
   double blk = 0;
   // ln_1, ln_2 over the stream; LayerNorm is one kernel (read, write).
-  const double norm = m.norm == NormKind::rmsnorm ? rmsnorm_bytes(r, r) : 2 * r;
+  const double norm = m.norm == NormKind::rmsnorm ? rmsnorm_bytes(r) : 2 * r;
   blk += 2 * norm * M * C;
   if (autocast) blk += 2 * (r + e) * M * C;              // their outputs cast for c_attn and c_fc
   blk += 2 * (2 * r + e) * M * C;                        // x + attn(..), x + mlp(..): stream, branch -> stream
-  // q and k: QK-norm (RMSNorm over D of the views of c_attn's output) makes
-  // them fp32 under autocast (a 16-bit row times the fp32 weight).
-  double qk = e;
-  if (m.qk_norm) {
-    const double out = autocast ? 4.0 : e;
-    blk += rmsnorm_bytes(e, out) * M * (Hq + Hkv);
-    qk = out;
-  }
+  // q and k: QK-norm (RMSNorm over D of the views of c_attn's output, its
+  // weight cast to their dtype) keeps them in e.
+  const double qk = e;
+  if (m.qk_norm) blk += rmsnorm_bytes(e) * M * (Hq + Hkv);
   // RoPE (apply_rope): x1*c, x2*s, their difference, x2*c, x1*s, their sum
   // (each half-width), and the cat: 9 passes of the row's width.
-  if (m.pos_encoding == PosEncoding::rope) blk += 9 * qk * M * (Hq + Hkv);
-  blk += 2 * qk * M * (Hq + Hkv) + 2 * e * M * Hkv;      // q, k, v made contiguous as (B, h, T, D)
-  if (qk > e) blk += (qk + e) * M * (Hq + Hkv);          // autocast casts fp32 q, k for the attention kernel
-  blk += 2 * e * M * Hq;                                 // attention output back to (B, T, H*Q)
+  const bool rope = m.pos_encoding == PosEncoding::rope;
+  if (rope) blk += 9 * qk * M * (Hq + Hkv);
+  if (m.attention_backend == AttentionBackend::manual) {
+    blk += 2 * qk * M * (Hq + Hkv) + 2 * e * M * Hkv;    // q, k, v made contiguous as (B, h, T, D)
+    blk += 2 * e * M * Hq;                               // attention output back to (B, T, H*Q)
+  } else if (rope && !m.qk_norm) {
+    blk += 2 * e * M * Hkv;                              // SDPA reads views; v alone is copied
+  }
   blk += (m.ffn == FfnKind::swiglu ? 5.0 : 2.0) * e * M * F;  // silu(g) (read, write), * u (read 2, write); gelu
   return blk;
 }

@@ -225,6 +225,90 @@ TEST(Strategy, Zero1EqualsDdp) {
   }
 }
 
+// The device-tensor step (grad_norm_tensor, step(lr, grad_scale, found_inf):
+// the sync-free step's interface) takes the host step's updates, and found_inf
+// = 1 is skip_step(): nothing changes, AdamW's step count included. Every
+// strategy, with and without accumulation (the buckets are zeroed lazily).
+TEST(Strategy, DeviceTensorStepIsTheHostStepAndFoundInfSkips) {
+  auto c = comm();
+  for (const char* kind : {"ddp", "zero1", "fsdp"}) {
+    for (int accum : {1, 2}) {
+      SCOPED_TRACE(fmt::format("{}, accumulation {}", kind, accum));
+      auto cfg = config(accum);
+      cfg.use_zero1 = std::string(kind) == "zero1";
+      cfg.use_fsdp = std::string(kind) == "fsdp";
+      const int A = accum, W = c->world_size(), r = c->rank();
+      std::vector<std::vector<torch::Tensor>> params;
+      std::vector<int64_t> steps;
+      for (bool device : {false, true}) {
+        auto net = make_net(7);
+        auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(cfg), net->groups(), *c);
+        for (int it = 0; it < kIters; ++it) {
+          auto [x, y] = batch(it, int64_t{W} * A * kMicroBatch);
+          for (int m = 0; m < A; ++m) {
+            const int64_t row = (int64_t{r} * A + m) * kMicroBatch;
+            auto loss =
+                torch::mse_loss(net->forward(x.narrow(0, row, kMicroBatch)), y.narrow(0, row, kMicroBatch)) / A;
+            strategy->backward(loss, m + 1 == A);
+          }
+          strategy->finish_gradients();
+          const bool skip = it == 2;
+          if (!device) {
+            const double norm = strategy->grad_norm();
+            if (skip)
+              strategy->skip_step();
+            else
+              strategy->step(cfg.learning_rate, clip_coef(norm, cfg.grad_clip));
+          } else {
+            const auto norm = strategy->grad_norm_tensor();
+            ASSERT_EQ(norm.dim(), 0);
+            ASSERT_EQ(norm.scalar_type(), torch::kFloat);
+            auto coef = (cfg.grad_clip / (norm.to(torch::kDouble) + 1e-6)).clamp_max(1.0).to(torch::kFloat);
+            strategy->step(torch::full({}, cfg.learning_rate), coef, torch::full({}, skip ? 1.0 : 0.0));
+          }
+        }
+        steps.push_back(strategy->optimizer_steps());
+        strategy->materialize_parameters();
+        params.emplace_back();
+        for (auto& p : net->parameters()) params.back().push_back(p.detach().clone());
+      }
+      EXPECT_EQ(steps[0], kIters - 1);
+      EXPECT_EQ(steps[1], kIters - 1);
+      for (size_t i = 0; i < params[0].size(); ++i)
+        EXPECT_TRUE(torch::allclose(params[0][i], params[1][i], 1e-5, 1e-6))
+            << "parameter " << i << " differs by " << (params[0][i] - params[1][i]).abs().max().item<float>();
+    }
+  }
+}
+
+// DDP and ZeRO-1 keep one copy of the gradients: in the last micro-step
+// autograd stores each parameter's bucket view as its .grad (what the
+// parameter's hook wrote), so .grad already aliases the bucket before
+// finish_gradients() points it there, and no second gradient tensor lives
+// through the backward.
+TEST(Strategy, LastMicroStepGradIsTheBucketView) {
+  auto c = comm();
+  for (bool zero1 : {false, true}) {
+    for (int accum : {1, 2}) {
+      auto cfg = config(accum);
+      cfg.use_zero1 = zero1;
+      auto net = make_net(7);
+      auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(cfg), net->groups(), *c);
+      auto [x, y] = batch(0, int64_t{c->world_size()} * accum * kMicroBatch);
+      for (int m = 0; m < accum; ++m)
+        strategy->backward(torch::mse_loss(net->forward(x.narrow(0, m * kMicroBatch, kMicroBatch)),
+                                           y.narrow(0, m * kMicroBatch, kMicroBatch)),
+                           m + 1 == accum);
+      std::vector<const void*> before;
+      for (auto& p : net->parameters()) before.push_back(p.grad().data_ptr());
+      strategy->finish_gradients();
+      size_t i = 0;
+      for (auto& p : net->parameters())
+        EXPECT_EQ(p.grad().data_ptr(), before[i++]) << (zero1 ? "zero1" : "ddp") << ", accumulation " << accum;
+    }
+  }
+}
+
 TEST(Strategy, Zero1ShardsOptimizerState) {
   auto c = comm();
   auto cfg = config(1);

@@ -571,8 +571,8 @@ LossGrads documents_alone(ModelConfig cfg, const torch::Tensor& x, const torch::
 // autocast's 16-bit copies of the matmul weights (which the memory model
 // counts apart: 2 bytes per matmul parameter). The input is made inside the
 // window and dropped after the forward, so it counts where the block saves it
-// (the fp32 residual stream) and not where it does not (a bf16 stream, which
-// RMSNorm copies to fp32), as in the model's chain of blocks.
+// (RMSNorm and LayerNorm save their input, the residual stream, as given), as
+// in the model's chain of blocks.
 TEST(ActivationBytes, PerBlockMatchesTheCountingAllocator) {
   using llmtrain::AttentionBackend;
   using llmtrain::ComputeDtype;

@@ -70,6 +70,18 @@ class Strategy {
   // norm: fp16 loss-scale overflow, a NaN). Parameters and optimizer state,
   // including AdamW's step count, stay as they were.
   virtual void skip_step() = 0;
+
+  // The same on the device, for a step that never waits on the host (issue 46).
+  // grad_norm_tensor(): grad_norm() as a 0-dim fp32 tensor on the gradients'
+  // device, no host read (the sharded strategies' allreduce of it runs on the
+  // device's stream). step(lr, grad_scale, found_inf): step(lr, grad_scale)
+  // with three 0-dim fp32 tensors on that device: the learning rate, the
+  // gradients' multiplier (clip coefficient / loss scale) and found_inf, where
+  // 1 makes it skip_step() (parameters, moments and AdamW's step count stay as
+  // they were; the fused kernel decides on the device) and 0 a normal step.
+  // Either way the gradients are zeroed after, as step() and skip_step() do.
+  virtual torch::Tensor grad_norm_tensor() = 0;
+  virtual void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) = 0;
   // Bytes of optimizer state (moments, master weights) held by this rank.
   virtual int64_t optimizer_state_bytes() const = 0;
   // Bytes of parameter, gradient and optimizer storage this rank holds between
