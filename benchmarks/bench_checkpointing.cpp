@@ -86,7 +86,7 @@ void run_preset(const std::string& path, int rounds, llmtrain::ComputeDtype comp
   std::vector<Case> cases;
   for (auto mode : {ActivationCheckpointing::none, ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
     auto m = base;
-    m.checkpointing = mode;
+    m.recompute = mode;
     Case c{mode, Transformer(m), {}, 0, 0};
     c.model->init_weights(1);
     cases.push_back(std::move(c));

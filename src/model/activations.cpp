@@ -104,7 +104,7 @@ RecomputePeak activation_bytes_recompute(const ModelConfig& m, int64_t recompute
   if (R == 0) return {};
   // Recomputed blocks k-1, 2k-1, ..., Rk-1 (full: k = 1).
   const int64_t k = R == L ? 1
-                    : (m.checkpointing == ActivationCheckpointing::selective && m.recomputed_blocks() == R)
+                    : (m.recompute == ActivationCheckpointing::selective && m.recomputed_blocks() == R)
                         ? m.checkpoint_every
                         : L / R;
   RecomputePeak p;

@@ -59,13 +59,13 @@ ModelConfig ModelConfig::from_config(const Config& c, int64_t data_vocab_size) {
   m.dropout = c.dropout;
   m.fused_loss = c.compile;
   m.document_masking = c.document_masking;
-  m.checkpointing = c.activation_checkpointing;
+  m.recompute = c.activation_checkpointing;
   m.checkpoint_every = c.activation_checkpointing_every;
   return m;
 }
 
 bool ModelConfig::recomputes_block(int64_t i) const {
-  switch (checkpointing) {
+  switch (recompute) {
     case ActivationCheckpointing::none: return false;
     case ActivationCheckpointing::full: return true;
     case ActivationCheckpointing::selective: return (i + 1) % checkpoint_every == 0;

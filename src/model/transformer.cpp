@@ -10,7 +10,7 @@
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
 #include "llmtrain/model/params.hpp"
-#include "model/checkpoint.hpp"
+#include "model/recompute.hpp"
 #include "model/fused_loss.hpp"
 #include "model/layers.hpp"
 

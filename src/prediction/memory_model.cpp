@@ -63,7 +63,7 @@ MemoryInputs MemoryInputs::from_config(const Config& c, int64_t world_size) {
   in.reduce_bytes = c.reduce_dtype == ReduceDtype::bfloat16 ? 2.0 : 4.0;
   ModelConfig shape;  // ModelConfig::recomputed_blocks() of the config's layers
   shape.n_layer = c.n_layer;
-  shape.checkpointing = c.activation_checkpointing;
+  shape.recompute = c.activation_checkpointing;
   shape.checkpoint_every = c.activation_checkpointing_every;
   in.recomputed_blocks = shape.recomputed_blocks();
   return in;

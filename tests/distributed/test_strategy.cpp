@@ -560,7 +560,7 @@ TEST(Strategy, ActivationCheckpointingKeepsEveryGradientForEachFamilyAndStrategy
   constexpr int kAccum = 2;
   constexpr int64_t T = 32;
   auto first_moment = [&](ModelConfig mc, StrategyKind kind, ActivationCheckpointing mode) {
-    mc.checkpointing = mode;
+    mc.recompute = mode;
     auto cfg = config(kAccum);
     cfg.grad_clip = 0.0;
     cfg.use_zero1 = kind == StrategyKind::zero1;

@@ -347,7 +347,7 @@ struct Grads {
 
 // One forward and backward of `cfg` (seed-fixed weights, batch and dropout draws).
 Grads one_step(ModelConfig cfg, llmtrain::ActivationCheckpointing mode, bool bf16_autocast = false) {
-  cfg.checkpointing = mode;
+  cfg.recompute = mode;
   Transformer model(cfg);
   model->init_weights(3);
   auto x = random_tokens(2, 24, cfg.vocab_size, 21), y = random_tokens(2, 24, cfg.vocab_size, 22);
@@ -401,7 +401,7 @@ TEST(ActivationCheckpointing, GradientsEqualNoneForEachFamily) {
       EXPECT_EQ(none.recompute_nodes, 0);
       for (auto mode : {ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
         const auto got = one_step(cfg, mode);
-        cfg.checkpointing = mode;
+        cfg.recompute = mode;
         EXPECT_EQ(got.recompute_nodes, cfg.recomputed_blocks()) << llmtrain::to_string(mode);
         EXPECT_NEAR(got.loss, none.loss, 1e-6) << llmtrain::to_string(mode);
         ASSERT_EQ(got.grads.size(), none.grads.size());
@@ -428,7 +428,7 @@ TEST(ActivationCheckpointing, RecomputeKeepsTheAutocastDtype) {
 TEST(ActivationCheckpointing, SelectiveRecomputesEveryKthBlock) {
   ModelConfig m = tiny_llama();
   m.n_layer = 7;
-  m.checkpointing = llmtrain::ActivationCheckpointing::selective;
+  m.recompute = llmtrain::ActivationCheckpointing::selective;
   m.checkpoint_every = 3;
   std::vector<int64_t> got;
   for (int64_t i = 0; i < m.n_layer; ++i)
@@ -436,10 +436,10 @@ TEST(ActivationCheckpointing, SelectiveRecomputesEveryKthBlock) {
   EXPECT_EQ(got, (std::vector<int64_t>{2, 5}));
   m.checkpoint_every = 1;
   EXPECT_EQ(m.recomputed_blocks(), 7);
-  m.checkpointing = llmtrain::ActivationCheckpointing::full;
+  m.recompute = llmtrain::ActivationCheckpointing::full;
   m.checkpoint_every = 4;
   EXPECT_EQ(m.recomputed_blocks(), 7);
-  m.checkpointing = llmtrain::ActivationCheckpointing::none;
+  m.recompute = llmtrain::ActivationCheckpointing::none;
   EXPECT_EQ(m.recomputed_blocks(), 0);
 }
 
@@ -454,7 +454,7 @@ TEST(ActivationCheckpointing, ActivationBytesCountTheKeptInputs) {
   ModelConfig m = tiny_llama();
   m.n_layer = 6;
   auto bytes = [&](ActivationCheckpointing mode, int64_t every) {
-    m.checkpointing = mode;
+    m.recompute = mode;
     m.checkpoint_every = every;
     return llmtrain::activation_bytes(m, ComputeDtype::bfloat16, 4, AttentionBackend::sdpa);
   };
@@ -470,7 +470,7 @@ TEST(ActivationCheckpointing, ActivationBytesCountTheKeptInputs) {
   const double a = llmtrain::activation_bytes_per_block(m, ComputeDtype::bfloat16, 4, AttentionBackend::sdpa);
   const double input = 4.0 * m.block_size * m.n_embd * 4;  // (B, T, C) fp32, B = 4
   EXPECT_NEAR(every3 - every2, a - input, 1e-6 * input);
-  m.checkpointing = ActivationCheckpointing::selective;
+  m.recompute = ActivationCheckpointing::selective;
   m.checkpoint_every = 3;
   const auto peak = llmtrain::activation_bytes_recompute(m, 2, ComputeDtype::bfloat16, 4, AttentionBackend::sdpa);
   EXPECT_EQ(peak.block, 5);

@@ -31,9 +31,9 @@ struct ModelConfig {
   // compile=True: the LM head and the cross-entropy fused, in chunks of rows
   // (model/fused_loss.hpp); the loss and its gradients equal the plain path's.
   bool fused_loss = false;
-  // Blocks that recompute their forward during backward (model/checkpoint.hpp):
+  // Blocks that recompute their forward during backward (model/recompute.hpp):
   // none, every block (full), or every checkpoint_every-th block (selective).
-  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  ActivationCheckpointing recompute = ActivationCheckpointing::none;
   int64_t checkpoint_every = 2;
   // Whether block i (0-based) is recomputed: full: all; selective: i + 1 a
   // multiple of checkpoint_every (blocks k-1, 2k-1, ...); none: no block.

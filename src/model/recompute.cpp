@@ -1,4 +1,4 @@
-#include "model/checkpoint.hpp"
+#include "model/recompute.hpp"
 
 #include <mutex>
 #include <optional>

@@ -1,4 +1,4 @@
-// Activation checkpointing (private to src/model): a function of one tensor run
+// Activation recomputation, the mechanism of activation checkpointing (private to src/model): a function of one tensor run
 // without saving anything for backward, and run again, with gradients, when
 // backward reaches it (torch.utils.checkpoint's reentrant form, in C++).
 #pragma once
