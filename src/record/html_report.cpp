@@ -227,12 +227,12 @@ std::string why_no_mfu(const RunLogData& log, const RunSummary& r) {
   return "the run log has no mfu values";
 }
 
-struct Phase {
+struct PhaseColumn {
   const char* name;           // as the figure says it
   const char* measured_key;   // RunSummary.summary mean_<...>
   const char* predicted_key;  // startup_info.prediction.phases.<...>; nullptr: predicted 0
 };
-constexpr Phase kPhases[] = {
+constexpr PhaseColumn kPhases[] = {
     {"forward/backward", "mean_forward_backward_ms", "forward_backward_s"},
     {"optimizer", "mean_optimizer_ms", "optimizer_s"},
     {"exposed communication", "mean_communication_ms", "communication_s"},
