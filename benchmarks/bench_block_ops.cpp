@@ -16,7 +16,7 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
-#include "llmtrain/train/precision.hpp"  // defines: AutocastGuard
+#include "llmtrain/model/precision.hpp"  // defines: AutocastGuard
 #include "llmtrain/model/transformer.hpp"  // defines: Transformer, ModelConfig
 
 namespace {
