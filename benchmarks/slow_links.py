@@ -224,7 +224,7 @@ def main():
 
 # The run's warning factor, read from the header that defines it.
 SLOW_STEP_FACTOR = float(re.search(r"kSlowStepFactor = ([0-9.]+);", open(os.path.join(
-    ROOT, "include", "llmtrain", "train", "prediction_check.hpp")).read()).group(1))
+    ROOT, "include", "llmtrain", "record", "prediction_check.hpp")).read()).group(1))
 
 
 def warnings_of(log):
