@@ -17,10 +17,14 @@
 #   facts      the GPU, driver, compiler, torch and llmtrain --version
 #   calibrate  llmtrain --calibrate on the idle GPU: its measured device profile, which every later
 #              run of the call predicts with (--device_profile; run logs: summary.prediction by phase)
+#   kernels    the fused kernels (src/kernels) against ATen: test_kernels_gpu, then bench-kernels'
+#              GPU pairs (kernel against the ATen ops it replaces), on the idle GPU
+#   profile    one LLaMA-2 1.36B step's trace (profile_steps, compile off and on) and
+#              llmtrain-report --profile's kernel time by category; the traces come back gzipped
+#   compare    benchmarks/compare_pytorch.sh --device cuda: llmtrain against PyTorch eager and
+#              torch.compile on the LLaMA-2 1.36B preset
 #   suite      the CPU suite (ctest -LE "slurm|gpu", GPU_CHECK_CTEST_J jobs) in the background, with
 #              no GPU visible (CUDA_VISIBLE_DEVICES=""): the tests CI runs, on this machine's build
-#   gpu-tests  ctest -L gpu in the background, except gpu_presets (the presets stage runs the
-#              shipped batches)
 #   refusal    a batch no GPU holds: refused by the memory plan against cudaMemGetInfo, in seconds
 #   presets    every inputs/full_*.cfg as shipped for 3 iterations of one micro-batch: the measured peak against the
 #              memory plan's prediction and against GPU_CHECK_CARD_GIB (79.18: what an 80 GB H100
@@ -29,8 +33,10 @@
 #              ZeRO-1, FSDP, bf16 parameters, full and selective activation checkpointing
 #              (benchmarks/memory_table.py --device cuda, LLaMA-2 1.36B at 4 x 2048, 6 cases)
 #   templates  jobs/tier1..3.sbatch through mpirun at one rank (ITERS=GPU_CHECK_ITERS)
-#   compare    benchmarks/compare_pytorch.sh --device cuda: llmtrain against PyTorch eager and
-#              torch.compile on the LLaMA-2 1.36B preset
+#   gpu-tests  ctest -L gpu, except test_kernels_gpu (the kernels stage) and gpu_presets (the presets
+#              stage), last: in the foreground, after every timing, with what is left of the budget
+# GPU_CHECK_PRESETS (space-separated names, e.g. "full_llama_1.36b full_gpt2_1.36b") limits the
+# presets stage to those.
 # OUT_DIR gets summary.txt (written as the stages end) and logs.tar.gz (every log and run log).
 set -u
 ARCHIVE=""
@@ -72,7 +78,6 @@ stage() {
 finish() {
   [[ -n "${SUITE_PID:-}" ]] && kill -0 "$SUITE_PID" 2>/dev/null && { say "suite: still running at the end of the budget, stopped"; pkill -P "$SUITE_PID"; kill "$SUITE_PID"; }
   [[ -f $W/ctest_cpu.log ]] && grep -E "tests passed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|\(Not Run\)" "$W/ctest_cpu.log" | sed 's/^/  suite: /' | tee -a "$S"
-  [[ -n "${GPUT_PID:-}" ]] && kill -0 "$GPUT_PID" 2>/dev/null && { say "gpu-tests: still running at the end of the budget, stopped"; pkill -P "$GPUT_PID"; kill "$GPUT_PID"; }
   tar -C "$W" -czf "$O/logs.tar.gz" --exclude='*/checkpoints/*' --exclude='*.h5' . 2>/dev/null
   say "done: $O/summary.txt, $O/logs.tar.gz"
 }
@@ -159,17 +164,52 @@ if stage calibrate 60; then
   [[ -s $W/calibrate/device_profile.json ]] && PROF=(--device_profile="$W/calibrate/device_profile.json")
 fi
 
+# The fused kernels against ATen, on the idle GPU: values and gradients at bf16 tolerances
+# (test_kernels_gpu), then each kernel's time against the ATen ops it replaces (bench-kernels).
+if stage kernels 40; then
+  t=$(date +%s)
+  ( cd "$B" && timeout 150 ctest -R '^test_kernels_gpu$' --output-on-failure ) >"$W/kernels_test.log" 2>&1
+  say "kernels: test_kernels_gpu rc $? in $(($(date +%s) - t)) s: $(grep -E "tests passed|Passed|Failed|Skipped" "$W/kernels_test.log" | tail -2 | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure|Expected|Which is|kernel" "$W/kernels_test.log" | head -12 | cut -c1-300 | tee -a "$S"
+  t=$(date +%s)
+  timeout 90 "$B/bin/bench-kernels" --benchmark_filter='gpu_' --benchmark_min_time=0.1s >"$W/kernels_bench.log" 2>&1
+  say "kernels: bench-kernels rc $? in $(($(date +%s) - t)) s"
+  grep -E "^run/gpu_|ERROR|error" "$W/kernels_bench.log" | cut -c1-200 | tee -a "$S"
+fi
+
+# One step's trace of the LLaMA-2 1.36B preset (compile off, then on): kernels by category.
+if stage profile 60; then
+  for c in False True; do
+    ((  $(left) > 30 )) || { say "SKIPPED profile compile=$c: budget"; continue; }
+    t=$(date +%s)
+    run1 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --data_dir="$DATA" --device="$DEV" --compile="$c" \
+      --max_iters=4 --gradient_accumulation_steps=1 --batch_size=8 --log_interval=1 --eval_interval=1000000 \
+      --eval_iters=1 --profile_steps=3 --out_dir="$R/profile_$c" "${PROF[@]+"${PROF[@]}"}" >"$W/profile_$c.log" 2>&1
+    rc=$?
+    "$B/bin/llmtrain-report" --profile "$R/profile_$c/profile" >"$W/profile_${c}_report.txt" 2>&1
+    for f in "$R/profile_$c"/profile/*.json; do [[ -f $f ]] && gzip -c "$f" >"$O/trace_compile_${c}.json.gz" && break; done
+    keep_run "profile_$c"
+    say "profile compile=$c: rc $rc in $(($(date +%s) - t)) s | $(runlog "$W/profile_$c")"
+    cut -c1-220 "$W/profile_${c}_report.txt" | head -40 | tee -a "$S"
+  done
+fi
+
+# The comparison with PyTorch, on the idle GPU before the suite or any test starts.
+if stage compare 150; then
+  LLMTRAIN_PYTHON=$PY timeout $(($(left) - 25)) bash "$SRC/benchmarks/compare_pytorch.sh" --build "$B" --device "$DEV" \
+    --configs llama_1.36b --rounds 1 --iters 8 --warmup 4 --deadline_s $(($(left) - 60)) \
+    --data "$W/compare-data" --json "$W/compare.json" >"$W/compare.log" 2>&1
+  say "compare: rc $?"
+  sed -n '/^llmtrain vs PyTorch/,$p' "$W/compare.log" | tee -a "$S"
+  [[ -s $W/compare.json ]] || tail -8 "$W/compare.log" | sed 's/^/    /' | tee -a "$S"
+fi
+
 if stage suite 60; then
   ( cd "$B" && CUDA_VISIBLE_DEVICES="" timeout $(($(left) - 15)) ctest -j"$CTEST_J" -LE "slurm|gpu" --timeout 400 --output-on-failure ) >"$W/ctest_cpu.log" 2>&1 &
   SUITE_PID=$!
   say "suite: started in the background (ctest -j$CTEST_J -LE 'slurm|gpu', no GPU visible)"
 fi
 
-if stage gpu-tests 60; then
-  ( cd "$B" && timeout $(($(left) - 15)) ctest -L gpu -E gpu_presets --output-on-failure ) >"$W/ctest_gpu.log" 2>&1 &
-  GPUT_PID=$!
-  say "gpu-tests: started in the background (ctest -L gpu -E gpu_presets)"
-fi
 
 if stage refusal 20; then
   t=$(date +%s)
@@ -187,6 +227,7 @@ fi
 if stage presets 40; then
   for cfg in "$SRC"/inputs/full_*.cfg; do
     n=$(basename "$cfg" .cfg)
+    [[ -z "${GPU_CHECK_PRESETS:-}" || " $GPU_CHECK_PRESETS " == *" $n "* ]] || continue
     ((  $(left) > 30 )) || { say "SKIPPED $n: budget"; continue; }
     # One micro-batch per step (the presets accumulate 8): the peak is the same, the run 8x shorter.
     common=(--data_dir="$DATA" --device="$DEV" --max_iters=3 --gradient_accumulation_steps=1 --log_interval=1
@@ -226,12 +267,6 @@ if stage memory 150; then
   grep -E "^\| llama|FAILED|largest error" "$W/memory.log" | tee -a "$S"
 fi
 
-# The template runs and the comparison are timings: the GPU tests end first.
-if [[ -n "${GPUT_PID:-}" ]]; then
-  while kill -0 "$GPUT_PID" 2>/dev/null && (($(left) > 15)); do sleep 1; done
-  grep -E "tests passed|Test +#|SKIP" "$W/ctest_gpu.log" | tee -a "$S"
-  GPUT_PID=""
-fi
 if stage templates 60; then
   for t in tier1 tier2 tier3; do
     ((  $(left) > 40 )) || { say "SKIPPED $t: budget"; continue; }
@@ -245,13 +280,9 @@ if stage templates 60; then
   done
 fi
 
-if stage compare 150; then
-  LLMTRAIN_PYTHON=$PY timeout $(($(left) - 25)) bash "$SRC/benchmarks/compare_pytorch.sh" --build "$B" --device "$DEV" \
-    --configs llama_1.36b --rounds 1 --iters 8 --warmup 4 --deadline_s $(($(left) - 60)) \
-    --data "$W/compare-data" --json "$W/compare.json" >"$W/compare.log" 2>&1
-  say "compare: rc $?"
-  sed -n '/^llmtrain vs PyTorch/,$p' "$W/compare.log" | tee -a "$S"
-  [[ -s $W/compare.json ]] || tail -8 "$W/compare.log" | sed 's/^/    /' | tee -a "$S"
+if stage gpu-tests 60; then
+  ( cd "$B" && timeout $(($(left) - 15)) ctest -L gpu -E 'gpu_presets|test_kernels_gpu' --output-on-failure ) >"$W/ctest_gpu.log" 2>&1
+  grep -E "tests passed|Test +#|SKIP|Timeout|Failed" "$W/ctest_gpu.log" | tee -a "$S"
 fi
 
 if [[ -n "${SUITE_PID:-}" ]]; then
