@@ -172,7 +172,7 @@ if stage kernels 40; then
   say "kernels: test_kernels_gpu rc $? in $(($(date +%s) - t)) s: $(grep -E "tests passed|Passed|Failed|Skipped" "$W/kernels_test.log" | tail -2 | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure|Expected|Which is|kernel" "$W/kernels_test.log" | head -12 | cut -c1-300 | tee -a "$S"
   t=$(date +%s)
-  timeout 90 "$B/bin/bench-kernels" --benchmark_filter='gpu_' --benchmark_min_time=0.1s >"$W/kernels_bench.log" 2>&1
+  timeout 90 "$B/bin/bench-kernels" --benchmark_filter='gpu_' --benchmark_min_time=0.1 >"$W/kernels_bench.log" 2>&1
   say "kernels: bench-kernels rc $? in $(($(date +%s) - t)) s"
   grep -E "^run/gpu_|ERROR|error" "$W/kernels_bench.log" | cut -c1-200 | tee -a "$S"
 fi
