@@ -157,10 +157,13 @@ ProfileAnalysis analyze_profile_impl(const nlohmann::json& trace, const std::str
     if (j.contains("tid")) e.tid = as_int(j["tid"]);
     if (j.contains("args") && j["args"].is_object() && j["args"].contains("correlation"))
       e.correlation = as_int(j["args"]["correlation"]);
-    if (starts_with(e.name, "ProfilerStep#"))
-      spans.push_back(e);
-    else
+    if (starts_with(e.name, "ProfilerStep#")) {
+      // The host's span is the step; on a GPU Kineto writes the same step again on the
+      // device's timeline (gpu_user_annotation), which is not another step.
+      if (e.cat != "gpu_user_annotation") spans.push_back(e);
+    } else {
       events.push_back(std::move(e));
+    }
   }
   std::sort(spans.begin(), spans.end(), [](const Event& a, const Event& b) { return a.ts < b.ts; });
   ProfileAnalysis out;

@@ -45,6 +45,10 @@ nlohmann::json hand_made_trace() {
   ev.push_back(op("aten::_local_scalar_dense", 610.5, 611.5));
   ev.push_back(op("cudaStreamSynchronize", 700, 710, 1, "cuda_runtime"));  // a host wait
   ev.push_back(op("ProfilerStep#4", 1000, 2000, 1, "user_annotation"));
+  // On a GPU Kineto also writes each step's span on the device's timeline (seen on an
+  // H100, 2026-11-27): the same step, not a third one.
+  ev.push_back(op("ProfilerStep#3", 20, 990, 7, "gpu_user_annotation"));
+  ev.push_back(op("ProfilerStep#4", 1020, 1990, 7, "gpu_user_annotation"));
   ev.push_back(op("aten::add", 1100, 1110));
   ev.push_back(op("aten::add", 2100, 2200));          // outside every step
   ev.push_back(op("ampere_sgemm_128x64_tn", 2500, 2550, 7, "kernel", 7));  // launched in step 3 by the loss
