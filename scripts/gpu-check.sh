@@ -37,7 +37,8 @@
 #              stage), last: in the foreground, after every timing, with what is left of the budget
 # GPU_CHECK_PRESETS (space-separated names, e.g. "full_llama_1.36b full_gpt2_1.36b") limits the
 # presets stage to those.
-# OUT_DIR gets summary.txt (written as the stages end) and logs.tar.gz (every log and run log).
+# OUT_DIR gets summary.txt (written as the stages end), logs.tar.gz (every log and run log),
+# device_profile.json (the calibration) and the profile stage's traces (trace_compile_*.json.gz).
 set -u
 ARCHIVE=""
 if [[ -f "${1:-}" ]]; then
@@ -78,7 +79,12 @@ stage() {
 finish() {
   [[ -n "${SUITE_PID:-}" ]] && kill -0 "$SUITE_PID" 2>/dev/null && { say "suite: still running at the end of the budget, stopped"; pkill -P "$SUITE_PID"; kill "$SUITE_PID"; }
   [[ -f $W/ctest_cpu.log ]] && grep -E "tests passed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|\(Not Run\)" "$W/ctest_cpu.log" | sed 's/^/  suite: /' | tee -a "$S"
-  tar -C "$W" -czf "$O/logs.tar.gz" --exclude='*/checkpoints/*' --exclude='*.h5' . 2>/dev/null
+  # Logs and run logs only (it must come back whole: a few MiB): not the unpacked build, the
+  # comparison's token data, checkpoints or traces (the traces come back on their own, gzipped).
+  tar -C "$W" -czf "$O/logs.tar.gz" --exclude='./packed' --exclude='./compare-data' --exclude='*/checkpoints/*' \
+    --exclude='*.h5' --exclude='*.pt.trace.json' . 2>/dev/null
+  cp "$W/calibrate/device_profile.json" "$O/" 2>/dev/null
+  say "logs: $(du -h "$O/logs.tar.gz" | cut -f1) $O/logs.tar.gz"
   say "done: $O/summary.txt, $O/logs.tar.gz"
 }
 trap finish EXIT
