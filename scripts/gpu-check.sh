@@ -152,7 +152,7 @@ if stage linkage 5; then
   t=$B/tests/core/test_linkage
   { echo "NEEDED of test_linkage: $(readelf -d "$t" 2>/dev/null | grep NEEDED | head -4 | grep -o '\[.*\]' | tr '\n' ' ')"
     echo "LD_PRELOAD='${LD_PRELOAD:-}' /etc/ld.so.preload: $(cat /etc/ld.so.preload 2>/dev/null | tr '\n' ' ')"
-    LD_DEBUG=bindings "$t" --gtest_filter='*Libstdcxx*' 2>&1 | grep -m2 "filesystem10remove_all" | sed 's/^ *[0-9]*://'
+    LD_DEBUG=bindings "$t" --gtest_filter='*Libstdcxx*' 2>&1 | grep -m1 "binding file .*filesystem10remove_all" | sed 's/^ *[0-9]*://'
     echo "libstdc++ loaded: $(LD_DEBUG=libs "$t" --gtest_filter=none 2>&1 | grep -m1 "calling init: .*libstdc" | sed 's/.*init: //')"
     echo "libtorch.so loaded (it must not be: docs/install.md, GCC 13 and 14): $(LD_DEBUG=libs "$t" --gtest_filter=none 2>&1 | grep -c "calling init: .*/libtorch\.so$")"
     "$t" --gtest_filter='Linkage.*' 2>&1 | grep -E "binds to|loaded:|PASSED|FAILED" | head -8
