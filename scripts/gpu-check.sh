@@ -23,6 +23,8 @@
 #              llmtrain-report --profile's kernel time by category; the traces come back gzipped
 #   compare    benchmarks/compare_pytorch.sh --device cuda: llmtrain against PyTorch eager and
 #              torch.compile on the LLaMA-2 1.36B preset
+#   docmask    LLaMA-2 1.36B for 5 iterations with document_masking off and on (FlashAttention's
+#              variable-length kernel): tokens/s of each
 #   suite      the CPU suite (ctest -LE "slurm|gpu", GPU_CHECK_CTEST_J jobs) in the background, with
 #              no GPU visible (CUDA_VISIBLE_DEVICES=""): the tests CI runs, on this machine's build
 #   refusal    a batch no GPU holds: refused by the memory plan against cudaMemGetInfo, in seconds
@@ -208,6 +210,21 @@ if stage compare 150; then
   say "compare: rc $?"
   sed -n '/^llmtrain vs PyTorch/,$p' "$W/compare.log" | tee -a "$S"
   [[ -s $W/compare.json ]] || tail -8 "$W/compare.log" | sed 's/^/    /' | tee -a "$S"
+fi
+
+# Document masking at flash speed (issue 47): the same LLaMA-2 1.36B run with and without it;
+# with it, packed documents go through FlashAttention's variable-length kernel.
+if stage docmask 70; then
+  for dm in False True; do
+    t=$(date +%s)
+    run1 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --data_dir="$DATA" --device="$DEV" --document_masking="$dm" \
+      --max_iters=5 --gradient_accumulation_steps=1 --log_interval=1 --eval_interval=1000000 --eval_iters=1 \
+      --out_dir="$R/docmask_$dm" "${PROF[@]+"${PROF[@]}"}" >"$W/docmask_$dm.log" 2>&1
+    rc=$?
+    keep_run "docmask_$dm"
+    say "document_masking=$dm: rc $rc in $(($(date +%s) - t)) s | $(runlog "$W/docmask_$dm")"
+    grep -m1 "attention:" "$W/docmask_$dm.log" | sed 's/^/    /' | tee -a "$S"
+  done
 fi
 
 if stage suite 60; then
