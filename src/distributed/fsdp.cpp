@@ -125,6 +125,10 @@ class FsdpStrategy final : public Strategy {
     torch::NoGradGuard no_grad;
     adam_.step(lr, grad_scale, found_inf, [&](size_t i) { after_update(i); });
   }
+  void step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
+    torch::NoGradGuard no_grad;
+    adam_.step(lr, grad_scale, found_inf, [&](size_t i) { after_update(i); });
+  }
   // Unit i's shard is updated: zero its gradient, refresh what is gathered.
   void after_update(size_t i) {
     auto& u = units_[i];

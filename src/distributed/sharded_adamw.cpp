@@ -78,7 +78,9 @@ torch::Tensor ShardedAdamW::grad_sq() {
 
 double ShardedAdamW::grad_norm() { return std::sqrt(grad_sq().item<double>()); }
 
-torch::Tensor ShardedAdamW::grad_norm_tensor() { return grad_sq().sqrt().to(torch::kFloat).reshape({}); }
+// In double, as grad_norm(): the clip coefficient made from it on the device is
+// the host's to the bit (IEEE sqrt, add and divide round alike everywhere).
+torch::Tensor ShardedAdamW::grad_norm_tensor() { return grad_sq().sqrt().reshape({}); }
 
 void ShardedAdamW::step(double lr, double grad_scale, const std::function<void(size_t)>& after_shard) {
   torch::NoGradGuard no_grad;
@@ -93,13 +95,26 @@ void ShardedAdamW::step(double lr, double grad_scale, const std::function<void(s
 
 void ShardedAdamW::step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
                         const std::function<void(size_t)>& after_shard) {
+  step_on_device(lr, 0.0, grad_scale, found_inf, after_shard);
+}
+
+void ShardedAdamW::step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
+                        const std::function<void(size_t)>& after_shard) {
+  step_on_device(torch::Tensor(), lr, grad_scale, found_inf, after_shard);
+}
+
+void ShardedAdamW::step_on_device(const torch::Tensor& lr_tensor, double lr, const torch::Tensor& grad_scale,
+                                  const torch::Tensor& found_inf, const std::function<void(size_t)>& after_shard) {
   torch::NoGradGuard no_grad;
   if (shards_.empty()) return;
   step_.add_(1);
   AdamWStepArgs a;
   a.step = step_;
-  a.lr_tensor = lr.to(step_.options()).reshape({});
-  a.divisor = grad_scale.to(step_.options()).reshape({}).reciprocal();
+  a.lr = lr;
+  if (lr_tensor.defined()) a.lr_tensor = lr_tensor.to(step_.options()).reshape({});
+  // The divisor in double, then fp32: the host step's (float)(1.0 / grad_scale)
+  // to the bit. Without clipping it is 1, and x / 1 = x.
+  a.divisor = grad_scale.to(torch::kDouble).reshape({}).reciprocal().to(torch::kFloat);
   a.found_inf = found_inf.to(step_.options()).reshape({});
   update(a, after_shard);
   step_.sub_(*a.found_inf);  // a skipped step is not counted (torch.optim does the same)

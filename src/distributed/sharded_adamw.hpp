@@ -77,7 +77,7 @@ class ShardedAdamW {
   // _foreach_norm (fp32), their squares summed in double, then over ranks (one
   // allreduce; none when replicated, where every rank holds the whole averaged
   // gradient). grad_norm() reads it on the host; grad_norm_tensor() leaves it
-  // on the device, a 0-dim fp32 tensor.
+  // on the device, a 0-dim double tensor (the same value to the bit).
   double grad_norm();
   torch::Tensor grad_norm_tensor();
   // One AdamW step on every shard with gradients scaled by `grad_scale` (the
@@ -92,6 +92,11 @@ class ShardedAdamW {
   // step leaves parameters, moments and the step count as they were, decided
   // on the device (no host read).
   void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
+            const std::function<void(size_t)>& after_shard);
+  // The same with the learning rate from the host: a kernel argument, no
+  // copy (the CPU kernel reads a tensor learning rate with item()). The
+  // gradient scale is best given in double (the divisor is made in double).
+  void step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
             const std::function<void(size_t)>& after_shard);
 
   torch::Tensor param_shard(size_t i) const { return shards_.at(i).param; }
@@ -118,6 +123,8 @@ class ShardedAdamW {
   std::vector<StateSlice> slices(StateTensor what) const;
   torch::Tensor grad_sq();  // (1) double: the squared global norm
   void update(const AdamWStepArgs& a, const std::function<void(size_t)>& after_shard);
+  void step_on_device(const torch::Tensor& lr_tensor, double lr, const torch::Tensor& grad_scale,
+                      const torch::Tensor& found_inf, const std::function<void(size_t)>& after_shard);
 
   AdamWHyper hyper_;
   Collectives& comm_;
