@@ -108,11 +108,9 @@ class FsdpStrategy final : public Strategy {
     complete_pending();
   }
 
-  void finish_gradients() override {
-    torch::NoGradGuard no_grad;
-    if (comm_.world_size() == 1) return;  // a division by 1 is a pass over every gradient for nothing
-    for (auto& u : units_) u.grad_shard.div_(comm_.world_size());  // sums -> exact averages
-  }
+  // The shards hold sums over ranks: the optimizer folds 1/world into its
+  // gradient scale and the norm divides once (ShardedAdamW), no pass here.
+  void finish_gradients() override {}
 
   double grad_norm() override { return adam_.grad_norm(); }
 

@@ -76,11 +76,13 @@ torch::Tensor ShardedAdamW::grad_sq() {
   return sq;
 }
 
-double ShardedAdamW::grad_norm() { return std::sqrt(grad_sq().item<double>()); }
+// The gradients hold sums over ranks: the norm of the average is the norm of
+// the sum over the world size (one division of a scalar, no pass over them).
+double ShardedAdamW::grad_norm() { return std::sqrt(grad_sq().item<double>()) / world(); }
 
 // In double, as grad_norm(): the clip coefficient made from it on the device is
 // the host's to the bit (IEEE sqrt, add and divide round alike everywhere).
-torch::Tensor ShardedAdamW::grad_norm_tensor() { return grad_sq().sqrt().reshape({}); }
+torch::Tensor ShardedAdamW::grad_norm_tensor() { return grad_sq().sqrt().div(world()).reshape({}); }
 
 void ShardedAdamW::step(double lr, double grad_scale, const std::function<void(size_t)>& after_shard) {
   torch::NoGradGuard no_grad;
@@ -89,7 +91,8 @@ void ShardedAdamW::step(double lr, double grad_scale, const std::function<void(s
   AdamWStepArgs a;
   a.step = step_;
   a.lr = lr;
-  if (grad_scale != 1.0) a.divisor = torch::full({}, 1.0 / grad_scale, step_.options());
+  const double scale = grad_scale / world();  // the gradients hold sums over ranks
+  if (scale != 1.0) a.divisor = torch::full({}, 1.0 / scale, step_.options());
   update(a, after_shard);
 }
 
@@ -112,9 +115,10 @@ void ShardedAdamW::step_on_device(const torch::Tensor& lr_tensor, double lr, con
   a.step = step_;
   a.lr = lr;
   if (lr_tensor.defined()) a.lr_tensor = lr_tensor.to(step_.options()).reshape({});
-  // The divisor in double, then fp32: the host step's (float)(1.0 / grad_scale)
-  // to the bit. Without clipping it is 1, and x / 1 = x.
-  a.divisor = grad_scale.to(torch::kDouble).reshape({}).reciprocal().to(torch::kFloat);
+  // The divisor in double, then fp32: the host step's (float)(1.0 / (grad_scale
+  // / world)) to the bit. Without clipping on one rank it is 1, and x / 1 = x.
+  // The gradients hold sums over ranks: 1/world folded in here.
+  a.divisor = grad_scale.to(torch::kDouble).reshape({}).div(world()).reciprocal().to(torch::kFloat);
   a.found_inf = found_inf.to(step_.options()).reshape({});
   update(a, after_shard);
   step_.sub_(*a.found_inf);  // a skipped step is not counted (torch.optim does the same)
@@ -153,6 +157,8 @@ void ShardedAdamW::update(const AdamWStepArgs& a, const std::function<void(size_
 int64_t ShardedAdamW::steps() const {
   return step_.defined() ? static_cast<int64_t>(step_.item<float>()) : 0;
 }
+
+double ShardedAdamW::world() const { return static_cast<double>(comm_.world_size()); }
 
 int64_t ShardedAdamW::state_bytes() const {
   int64_t b = 0;

@@ -475,7 +475,10 @@ struct Trainer::Impl {
     const double scaled_norm = strategy->grad_norm();
     s.grad_norm = scaled_norm / scale;
     if (cfg.gradient_log_interval > 0 && iter % cfg.gradient_log_interval == 0)
-      s.grad_stats = summarize_grad_norms(parameter_grad_norms(named_parameters(), scale), s.grad_norm, cfg.grad_clip);
+      // The gradients hold sums over ranks (the optimizer folds in 1/world).
+      s.grad_stats = summarize_grad_norms(
+          parameter_grad_norms(named_parameters(), scale * static_cast<double>(comm->world_size())), s.grad_norm,
+          cfg.grad_clip);
     s.bad = bad_step_reason(s.loss, scaled_norm);
     const bool finite = s.bad.empty() && std::isfinite(scaled_norm);
     const bool take = scaler.update(finite ? scaled_norm : std::numeric_limits<double>::infinity()) && finite;

@@ -60,7 +60,9 @@ class Strategy {
   // steps). Only when `last_micro` may gradients be communicated.
   virtual void backward(const torch::Tensor& loss, bool last_micro) = 0;
   // Waits for outstanding gradient traffic; afterwards each rank's gradients are
-  // the average over all ranks (for its shard, where sharded).
+  // the sum over all ranks (for its shard, where sharded): the optimizer and
+  // the gradient norm fold in 1/world (issue 46: no pass that divides every
+  // gradient), so the average is what they read.
   virtual void finish_gradients() = 0;
   // Global L2 norm of the averaged gradient across all ranks and shards.
   virtual double grad_norm() = 0;
