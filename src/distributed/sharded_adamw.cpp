@@ -134,23 +134,17 @@ void ShardedAdamW::update(const AdamWStepArgs& a, const std::function<void(size_
           .add(p.narrow(0, r.shard_offset, r.numel), g.narrow(0, r.shard_offset, r.numel),
                s.exp_avg.narrow(0, r.shard_offset, r.numel), s.exp_avg_sq.narrow(0, r.shard_offset, r.numel));
   };
-  if (!after_shard) {  // one call per group over every shard
-    AdamWLists dec, nodec;
-    for (auto& s : shards_) add_ranges(s, dec, nodec);
-    fused_adamw_step(dec, hyper_, a, hyper_.weight_decay);
-    fused_adamw_step(nodec, hyper_, a, 0.0);
-    for (auto& s : shards_)
-      if (s.master.defined()) s.param.copy_(s.master);
-    return;
-  }
+  // One fused call per weight-decay group over every shard (issue 46: one
+  // launch sequence per group, not two per shard), then each shard's master
+  // copied back and its callback, in shard order.
+  AdamWLists dec, nodec;
+  for (auto& s : shards_) add_ranges(s, dec, nodec);
+  fused_adamw_step(dec, hyper_, a, hyper_.weight_decay);
+  fused_adamw_step(nodec, hyper_, a, 0.0);
   for (size_t i = 0; i < shards_.size(); ++i) {
     auto& s = shards_[i];
-    AdamWLists dec, nodec;
-    add_ranges(s, dec, nodec);
-    fused_adamw_step(dec, hyper_, a, hyper_.weight_decay);
-    fused_adamw_step(nodec, hyper_, a, 0.0);
     if (s.master.defined()) s.param.copy_(s.master);
-    after_shard(i);
+    if (after_shard) after_shard(i);
   }
 }
 

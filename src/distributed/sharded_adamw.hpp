@@ -86,8 +86,8 @@ class ShardedAdamW {
   // gradients are sums over ranks; the kernel's divisor): update the fp32 master
   // or the parameter, copy the master back, then `after_shard(i)` (ZeRO-1
   // starts that shard's all-gather there; FSDP refreshes a gathered unit).
-  // Without after_shard, one fused call per weight-decay group over every
-  // shard; with it, two per shard (each shard's update before its callback).
+  // One fused call per weight-decay group over every shard; the callbacks
+  // follow it, in shard order.
   void step(double lr, double grad_scale, const std::function<void(size_t)>& after_shard);
   // The same with the learning rate and gradient scale as 0-dim fp32 tensors
   // on the shards' device, and `found_inf` (0-dim fp32, 1 = skip): a skipped

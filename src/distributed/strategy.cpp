@@ -141,8 +141,8 @@ class Zero1Strategy final : public Strategy {
   void finish_gradients() override { buckets_.finish(); }
   double grad_norm() override { return adam_.grad_norm(); }
 
-  // Each bucket's parameter all-gather starts as soon as its shard is updated
-  // and travels while the next shards are updated; the wait at the end is the
+  // One fused AdamW call per weight-decay group updates every shard, then
+  // each bucket's parameter all-gather starts; the wait at the end is the
   // exposed part.
   void step(double lr, double clip_coef) override {
     step_and_gather([&](const std::function<void(size_t)>& after) { adam_.step(lr, clip_coef, after); });
@@ -160,8 +160,9 @@ class Zero1Strategy final : public Strategy {
         [&](const std::function<void(size_t)>& after) { adam_.step(lr, grad_scale, found_inf, after); });
   }
 
-  // `adam_step(after_shard)` runs the AdamW step; each bucket's parameter
-  // all-gather starts as soon as its shard is updated.
+  // `adam_step(after_shard)` runs the AdamW step (one fused call per
+  // weight-decay group over every shard); each bucket's parameter all-gather
+  // starts after it, in bucket order, and they travel together.
   template <typename AdamStep>
   void step_and_gather(const AdamStep& adam_step) {
     torch::NoGradGuard no_grad;
