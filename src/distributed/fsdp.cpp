@@ -108,11 +108,9 @@ class FsdpStrategy final : public Strategy {
     complete_pending();
   }
 
-  void finish_gradients() override {
-    torch::NoGradGuard no_grad;
-    if (comm_.world_size() == 1) return;  // a division by 1 is a pass over every gradient for nothing
-    for (auto& u : units_) u.grad_shard.div_(comm_.world_size());  // sums -> exact averages
-  }
+  // The shards hold sums over ranks: the optimizer folds 1/world into its
+  // gradient scale and the norm divides once (ShardedAdamW), no pass here.
+  void finish_gradients() override {}
 
   double grad_norm() override { return adam_.grad_norm(); }
 
@@ -122,6 +120,10 @@ class FsdpStrategy final : public Strategy {
   }
   torch::Tensor grad_norm_tensor() override { return adam_.grad_norm_tensor(); }
   void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
+    torch::NoGradGuard no_grad;
+    adam_.step(lr, grad_scale, found_inf, [&](size_t i) { after_update(i); });
+  }
+  void step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
     torch::NoGradGuard no_grad;
     adam_.step(lr, grad_scale, found_inf, [&](size_t i) { after_update(i); });
   }

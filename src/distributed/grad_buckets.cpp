@@ -163,10 +163,9 @@ void GradBuckets::finish() {
     b.work->wait();
     b.work.reset();
   }
-  // Averages are exact: sum, then one division by the world size (none on one
-  // rank: a division by 1 is a pass over every gradient for nothing).
-  if (comm_.world_size() > 1)
-    for (auto& b : buckets_) shard_grad(b).div_(comm_.world_size());
+  // The buckets hold the sum over ranks: the optimizer folds 1/world into its
+  // gradient scale and the norm divides once (ShardedAdamW), instead of a pass
+  // over every gradient here.
   point_grads_at_buckets();
   in_last_ = false;
   stale_ = false;

@@ -24,8 +24,9 @@
 //     bucket's collective starts (buckets start strictly in index order, so every
 //     rank issues the same sequence).
 //   finish(): zeroes the slots that got no gradient (unused parameters) and
-//     starts their buckets, waits (the Collectives time the waits), divides by
-//     the world size (above one rank), points .grad back at the bucket views.
+//     starts their buckets, waits (the Collectives time the waits), points
+//     .grad back at the bucket views. They hold the sum over ranks: the
+//     optimizer folds 1/world into its gradient scale (no division pass).
 //   zero() launches nothing: the next micro-step overwrites (last) or zeroes
 //     first (before the last).
 #pragma once
@@ -56,8 +57,8 @@ class GradBuckets {
     torch::ScalarType grad_dtype = torch::kFloat;  // the gradients' and the collectives'
     torch::Tensor master_init;  // (numel,) fp32: the values before param_dtype rounded them (flattened, 16-bit)
     int64_t numel = 0;        // padded
-    torch::Tensor grad;       // (numel,) the local sum, then (allreduce) the average
-    torch::Tensor grad_shard; // (numel / world,) reduce_scatter: this rank's averaged shard
+    torch::Tensor grad;       // (numel,) the local sum, then (allreduce) the sum over ranks
+    torch::Tensor grad_shard; // (numel / world,) reduce_scatter: this rank's shard of the sum over ranks
     torch::Tensor param;      // (numel,) when params are flattened
     std::vector<int> slots;
     int pending = 0;
@@ -82,7 +83,7 @@ class GradBuckets {
 
   void backward(const torch::Tensor& loss, bool last_micro);
   // Waits for the reductions; afterwards this rank's shard of every bucket
-  // holds the average over ranks.
+  // holds the sum over ranks (ShardedAdamW folds in 1/world).
   void finish();
   void zero();
 

@@ -76,9 +76,13 @@ torch::Tensor ShardedAdamW::grad_sq() {
   return sq;
 }
 
-double ShardedAdamW::grad_norm() { return std::sqrt(grad_sq().item<double>()); }
+// The gradients hold sums over ranks: the norm of the average is the norm of
+// the sum over the world size (one division of a scalar, no pass over them).
+double ShardedAdamW::grad_norm() { return std::sqrt(grad_sq().item<double>()) / world(); }
 
-torch::Tensor ShardedAdamW::grad_norm_tensor() { return grad_sq().sqrt().to(torch::kFloat).reshape({}); }
+// In double, as grad_norm(): the clip coefficient made from it on the device is
+// the host's to the bit (IEEE sqrt, add and divide round alike everywhere).
+torch::Tensor ShardedAdamW::grad_norm_tensor() { return grad_sq().sqrt().div(world()).reshape({}); }
 
 void ShardedAdamW::step(double lr, double grad_scale, const std::function<void(size_t)>& after_shard) {
   torch::NoGradGuard no_grad;
@@ -87,19 +91,34 @@ void ShardedAdamW::step(double lr, double grad_scale, const std::function<void(s
   AdamWStepArgs a;
   a.step = step_;
   a.lr = lr;
-  if (grad_scale != 1.0) a.divisor = torch::full({}, 1.0 / grad_scale, step_.options());
+  const double scale = grad_scale / world();  // the gradients hold sums over ranks
+  if (scale != 1.0) a.divisor = torch::full({}, 1.0 / scale, step_.options());
   update(a, after_shard);
 }
 
 void ShardedAdamW::step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
                         const std::function<void(size_t)>& after_shard) {
+  step_on_device(lr, 0.0, grad_scale, found_inf, after_shard);
+}
+
+void ShardedAdamW::step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
+                        const std::function<void(size_t)>& after_shard) {
+  step_on_device(torch::Tensor(), lr, grad_scale, found_inf, after_shard);
+}
+
+void ShardedAdamW::step_on_device(const torch::Tensor& lr_tensor, double lr, const torch::Tensor& grad_scale,
+                                  const torch::Tensor& found_inf, const std::function<void(size_t)>& after_shard) {
   torch::NoGradGuard no_grad;
   if (shards_.empty()) return;
   step_.add_(1);
   AdamWStepArgs a;
   a.step = step_;
-  a.lr_tensor = lr.to(step_.options()).reshape({});
-  a.divisor = grad_scale.to(step_.options()).reshape({}).reciprocal();
+  a.lr = lr;
+  if (lr_tensor.defined()) a.lr_tensor = lr_tensor.to(step_.options()).reshape({});
+  // The divisor in double, then fp32: the host step's (float)(1.0 / (grad_scale
+  // / world)) to the bit. Without clipping on one rank it is 1, and x / 1 = x.
+  // The gradients hold sums over ranks: 1/world folded in here.
+  a.divisor = grad_scale.to(torch::kDouble).reshape({}).div(world()).reciprocal().to(torch::kFloat);
   a.found_inf = found_inf.to(step_.options()).reshape({});
   update(a, after_shard);
   step_.sub_(*a.found_inf);  // a skipped step is not counted (torch.optim does the same)
@@ -115,29 +134,25 @@ void ShardedAdamW::update(const AdamWStepArgs& a, const std::function<void(size_
           .add(p.narrow(0, r.shard_offset, r.numel), g.narrow(0, r.shard_offset, r.numel),
                s.exp_avg.narrow(0, r.shard_offset, r.numel), s.exp_avg_sq.narrow(0, r.shard_offset, r.numel));
   };
-  if (!after_shard) {  // one call per group over every shard
-    AdamWLists dec, nodec;
-    for (auto& s : shards_) add_ranges(s, dec, nodec);
-    fused_adamw_step(dec, hyper_, a, hyper_.weight_decay);
-    fused_adamw_step(nodec, hyper_, a, 0.0);
-    for (auto& s : shards_)
-      if (s.master.defined()) s.param.copy_(s.master);
-    return;
-  }
+  // One fused call per weight-decay group over every shard (issue 46: one
+  // launch sequence per group, not two per shard), then each shard's master
+  // copied back and its callback, in shard order.
+  AdamWLists dec, nodec;
+  for (auto& s : shards_) add_ranges(s, dec, nodec);
+  fused_adamw_step(dec, hyper_, a, hyper_.weight_decay);
+  fused_adamw_step(nodec, hyper_, a, 0.0);
   for (size_t i = 0; i < shards_.size(); ++i) {
     auto& s = shards_[i];
-    AdamWLists dec, nodec;
-    add_ranges(s, dec, nodec);
-    fused_adamw_step(dec, hyper_, a, hyper_.weight_decay);
-    fused_adamw_step(nodec, hyper_, a, 0.0);
     if (s.master.defined()) s.param.copy_(s.master);
-    after_shard(i);
+    if (after_shard) after_shard(i);
   }
 }
 
 int64_t ShardedAdamW::steps() const {
   return step_.defined() ? static_cast<int64_t>(step_.item<float>()) : 0;
 }
+
+double ShardedAdamW::world() const { return static_cast<double>(comm_.world_size()); }
 
 int64_t ShardedAdamW::state_bytes() const {
   int64_t b = 0;

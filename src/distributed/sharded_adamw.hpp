@@ -65,7 +65,7 @@ class ShardedAdamW {
       : hyper_(hyper), comm_(comm), sharding_(sharding) {}
 
   // One shard: `param` (n,) this rank's parameters (a view into a flat buffer,
-  // or a tensor of its own), `grad` (n,) its averaged gradient (any float
+  // or a tensor of its own), `grad` (n,) its gradient summed over the ranks (any float
   // dtype; the update reads it in fp32). Where `param` is below fp32 the shard
   // keeps an fp32 master copy: `master_init` (n,) fp32 when given (the values
   // before they were rounded to param's dtype), else param's values.
@@ -75,23 +75,30 @@ class ShardedAdamW {
 
   // Global L2 norm of the gradient: the norms of all shards in one
   // _foreach_norm (fp32), their squares summed in double, then over ranks (one
-  // allreduce; none when replicated, where every rank holds the whole averaged
-  // gradient). grad_norm() reads it on the host; grad_norm_tensor() leaves it
-  // on the device, a 0-dim fp32 tensor.
+  // allreduce; none when replicated, where every rank holds the whole summed
+  // gradient), divided by the world size: the norm of the average over ranks,
+  // which the gradients hold as sums. grad_norm() reads it on the host; grad_norm_tensor() leaves it
+  // on the device, a 0-dim double tensor (the same value to the bit).
   double grad_norm();
   torch::Tensor grad_norm_tensor();
   // One AdamW step on every shard with gradients scaled by `grad_scale` (the
-  // clip coefficient, divided by float16's loss scale): update the fp32 master
+  // clip coefficient, divided by float16's loss scale) and by 1/world (the
+  // gradients are sums over ranks; the kernel's divisor): update the fp32 master
   // or the parameter, copy the master back, then `after_shard(i)` (ZeRO-1
   // starts that shard's all-gather there; FSDP refreshes a gathered unit).
-  // Without after_shard, one fused call per weight-decay group over every
-  // shard; with it, two per shard (each shard's update before its callback).
+  // One fused call per weight-decay group over every shard; the callbacks
+  // follow it, in shard order.
   void step(double lr, double grad_scale, const std::function<void(size_t)>& after_shard);
   // The same with the learning rate and gradient scale as 0-dim fp32 tensors
   // on the shards' device, and `found_inf` (0-dim fp32, 1 = skip): a skipped
   // step leaves parameters, moments and the step count as they were, decided
   // on the device (no host read).
   void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
+            const std::function<void(size_t)>& after_shard);
+  // The same with the learning rate from the host: a kernel argument, no
+  // copy (the CPU kernel reads a tensor learning rate with item()). The
+  // gradient scale is best given in double (the divisor is made in double).
+  void step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf,
             const std::function<void(size_t)>& after_shard);
 
   torch::Tensor param_shard(size_t i) const { return shards_.at(i).param; }
@@ -116,8 +123,11 @@ class ShardedAdamW {
     std::vector<ShardRange> ranges;
   };
   std::vector<StateSlice> slices(StateTensor what) const;
-  torch::Tensor grad_sq();  // (1) double: the squared global norm
+  torch::Tensor grad_sq();  // (1) double: the squared global norm of the sums over ranks
+  double world() const;     // the gradients hold sums over this many ranks
   void update(const AdamWStepArgs& a, const std::function<void(size_t)>& after_shard);
+  void step_on_device(const torch::Tensor& lr_tensor, double lr, const torch::Tensor& grad_scale,
+                      const torch::Tensor& found_inf, const std::function<void(size_t)>& after_shard);
 
   AdamWHyper hyper_;
   Collectives& comm_;

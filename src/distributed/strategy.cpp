@@ -93,6 +93,10 @@ class DdpStrategy final : public Strategy {
     adam_.step(lr, grad_scale, found_inf, /*after_shard=*/nullptr);
     buckets_.zero();
   }
+  void step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
+    adam_.step(lr, grad_scale, found_inf, /*after_shard=*/nullptr);
+    buckets_.zero();
+  }
 
   // Every rank holds the same state: rank 0 saves all of it, every rank loads all of it.
   std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.save_slices(what); }
@@ -137,8 +141,8 @@ class Zero1Strategy final : public Strategy {
   void finish_gradients() override { buckets_.finish(); }
   double grad_norm() override { return adam_.grad_norm(); }
 
-  // Each bucket's parameter all-gather starts as soon as its shard is updated
-  // and travels while the next shards are updated; the wait at the end is the
+  // One fused AdamW call per weight-decay group updates every shard, then
+  // each bucket's parameter all-gather starts; the wait at the end is the
   // exposed part.
   void step(double lr, double clip_coef) override {
     step_and_gather([&](const std::function<void(size_t)>& after) { adam_.step(lr, clip_coef, after); });
@@ -151,9 +155,14 @@ class Zero1Strategy final : public Strategy {
     step_and_gather(
         [&](const std::function<void(size_t)>& after) { adam_.step(lr, grad_scale, found_inf, after); });
   }
+  void step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
+    step_and_gather(
+        [&](const std::function<void(size_t)>& after) { adam_.step(lr, grad_scale, found_inf, after); });
+  }
 
-  // `adam_step(after_shard)` runs the AdamW step; each bucket's parameter
-  // all-gather starts as soon as its shard is updated.
+  // `adam_step(after_shard)` runs the AdamW step (one fused call per
+  // weight-decay group over every shard); each bucket's parameter all-gather
+  // starts after it, in bucket order, and they travel together.
   template <typename AdamStep>
   void step_and_gather(const AdamStep& adam_step) {
     torch::NoGradGuard no_grad;
@@ -196,6 +205,20 @@ class Zero1Strategy final : public Strategy {
 };
 
 }  // namespace
+
+double clip_coefficient(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
+torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm) {
+  torch::NoGradGuard no_grad;
+  const auto n = norm.to(torch::kDouble);
+  if (!(max_norm > 0)) return torch::ones({}, n.options());
+  // A true division (max_norm * reciprocal would round differently); a NaN
+  // norm is not > max_norm and gives 1 (its step is skipped anyway).
+  const auto coef = torch::full({}, max_norm, n.options()).div(n + 1e-6);
+  return torch::where(n > max_norm, coef, 1.0);
+}
 
 std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, const ParamGroups& groups, Collectives& comm) {
   switch (options.kind) {

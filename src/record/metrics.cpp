@@ -15,6 +15,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include "llmtrain/core/error.hpp"
 #include "llmtrain/core/progress.hpp"
 #include "llmtrain/distributed/collectives.hpp"
 #include "llmtrain/distributed/watchdog.hpp"  // defines: Watchdog::activity
@@ -243,16 +244,29 @@ void Metrics::charge(Phase p, const Mark& open, const Mark& close) {
   move_seconds(p, Phase::communication, close.comm_waited_s - open.comm_waited_s);
 }
 
-// After the device synchronization: each span's GPU time to its phase, the
+namespace {
+// Moves up to `seconds` from phase `from` to `to` of `phase_s` (never more
+// than `from` holds, so the phases still sum to the window).
+double move_between(std::array<double, kNumPhases>& phase_s, Phase from, Phase to, double seconds) {
+  auto& src = phase_s[static_cast<int>(from)];
+  const double moved = std::clamp(seconds, 0.0, src);
+  src -= moved;
+  phase_s[static_cast<int>(to)] += moved;
+  return moved;
+}
+}  // namespace
+
+// After a device synchronization: each span's GPU time to its phase, the
 // compute stream's stalls on collectives inside it (and any host waits, during
 // which the stream ran dry) to communication.
-void Metrics::charge_device_spans() {
-  for (const Span& s : spans_) {
-    add_phase(s.phase, timeline_->seconds(s.open.event, s.close.event));
+void Metrics::charge_device_spans(Pending& p) {
+  for (const Span& s : p.spans) {
+    p.phase_s[static_cast<int>(s.phase)] += timeline_->seconds(s.open.event, s.close.event);
     const double device_wait = comm_ ? comm_->device_wait_seconds(s.open.device_waits, s.close.device_waits) : 0.0;
-    move_seconds(s.phase, Phase::communication, device_wait + (s.close.comm_waited_s - s.open.comm_waited_s));
+    move_between(p.phase_s, s.phase, Phase::communication,
+                 device_wait + (s.close.comm_waited_s - s.open.comm_waited_s));
   }
-  spans_.clear();
+  p.spans.clear();
 }
 
 Metrics::PhaseScope Metrics::phase(Phase p, const std::string& activity) {
@@ -265,40 +279,66 @@ void Metrics::start_iter() {
   phase_s_.fill(0.0);
   spans_.clear();
   if (timeline_) {
-    timeline_->reset();
-    if (comm_) comm_->reset_device_waits();
+    if (pending_.empty()) {  // the events and device waits of finished iterations are spent
+      timeline_->reset();
+      if (comm_) comm_->reset_device_waits();
+      open_event_ = timeline_->record();
+    } else {
+      open_event_ = pending_.back().close_event;  // no device work between: the windows tile the stream's time
+    }
   }
   in_iter_ = true;
   iter_t0_ = Clock::now();
 }
 
 double Metrics::move_seconds(Phase from, Phase to, double seconds) {
-  auto& src = phase_s_[static_cast<int>(from)];
-  const double moved = std::clamp(seconds, 0.0, src);
-  src -= moved;
-  phase_s_[static_cast<int>(to)] += moved;
-  return moved;
+  return move_between(phase_s_, from, to, seconds);
 }
 
-IterationMetrics Metrics::end_iter(int64_t iter, double loss, double lr, std::optional<double> grad_norm,
-                                   std::optional<GradNormStats> grad_stats) {
-  const auto t1 = Clock::now();
-  const double dt_s = in_iter_ ? std::chrono::duration<double>(t1 - iter_t0_).count() : 0.0;
+void Metrics::close_iter(int64_t iter, double lr) {
+  Pending p;
+  p.iter = iter;
+  p.lr = lr;
+  p.host_s = in_iter_ ? std::chrono::duration<double>(Clock::now() - iter_t0_).count() : 0.0;
+  if (timeline_ && in_iter_) {
+    p.open_event = open_event_;
+    p.close_event = timeline_->record();
+  }
   in_iter_ = false;
-  if (timeline_) charge_device_spans();
+  p.phase_s = phase_s_;
+  p.spans = std::move(spans_);
+  spans_.clear();
+  // The allocator's counters live on the host: read now, each iteration its own.
+  p.memory = memory_stats(setup_.device);
+  if (const auto a = allocated_bytes(setup_.device)) p.allocated_peak_bytes = a->peak;
+  pending_.push_back(std::move(p));
+}
+
+IterationMetrics Metrics::finish_iter(int64_t iter, double loss, std::optional<double> grad_norm,
+                                      std::optional<GradNormStats> grad_stats) {
+  LLMTRAIN_CHECK(!pending_.empty() && pending_.front().iter == iter,
+                 "Metrics::finish_iter({}): the oldest pending iteration is {}", iter,
+                 pending_.empty() ? std::string("none") : std::to_string(pending_.front().iter));
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  double dt_s = p.host_s;
+  if (timeline_ && p.close_event >= 0) {
+    dt_s = timeline_->seconds(p.open_event, p.close_event);
+    charge_device_spans(p);
+  }
   IterationMetrics m = compute_iteration_metrics(setup_, iter, dt_s, setup_.tokens_per_iter);
   m.loss = loss;
-  m.lr = lr;
+  m.lr = p.lr;
   m.grad_norm = grad_norm;
   m.grad_stats = std::move(grad_stats);
   double sum_ms = 0.0;
   for (int i = 0; i < kNumPhases; ++i) {
-    m.phase_ms[i] = phase_s_[i] * 1e3;
+    m.phase_ms[i] = p.phase_s[i] * 1e3;
     sum_ms += m.phase_ms[i];
   }
   m.other_ms = m.dt_ms - sum_ms;
-  m.memory = memory_stats(setup_.device);
-  if (const auto a = allocated_bytes(setup_.device)) m.allocated_peak_bytes = a->peak;
+  m.memory = p.memory;
+  m.allocated_peak_bytes = p.allocated_peak_bytes;
   // A non-finite loss is not a measurement error: the trainer handles it as a
   // bad step (skipped on every rank, an event in the run log).
   const double peak_total =
@@ -308,6 +348,12 @@ IterationMetrics Metrics::end_iter(int64_t iter, double loss, double lr, std::op
   for (auto& e : check_iteration_record(rec, setup_.flops_per_token, peak_total)) m.errors.push_back(std::move(e));
   history_.push_back(m);
   return m;
+}
+
+IterationMetrics Metrics::end_iter(int64_t iter, double loss, double lr, std::optional<double> grad_norm,
+                                   std::optional<GradNormStats> grad_stats) {
+  close_iter(iter, lr);
+  return finish_iter(iter, loss, grad_norm, std::move(grad_stats));
 }
 
 WarmupSplit find_warmup(const std::vector<double>& dt_ms, int64_t max_skip) {

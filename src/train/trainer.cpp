@@ -2,6 +2,7 @@
 // Read Trainer::Impl::train_step first: one iteration, top to bottom.
 #include "llmtrain/train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -105,6 +106,25 @@ struct Trainer::Impl {
   TrainState state;                          // state.iteration = the next iteration to run
   std::optional<LoadedCheckpoint> resumed;
   int64_t consecutive_bad_steps = 0;
+  bool last_step_bad = false;  // the last recorded step was a bad step (no checkpoint_interval save after it)
+  // Steps run but not yet recorded (issue 46: a step that does not log never
+  // waits on the host): what each one needs at the next log point, where the
+  // device is waited for once and every pending step recorded, oldest first.
+  struct PendingStep {
+    int64_t iter = 0;
+    double scale = 1.0;                       // float16's loss scale this step used (1 otherwise)
+    std::optional<GradNormStats> grad_stats;  // on gradient_log_interval iterations
+    int64_t row = -1;                         // its row of step_values; -1: the host path read them already
+    double loss = 0, grad_norm = 0;           // the host path's: averaged over ranks; global, unscaled
+    bool skipped = false;                     // no update was made on any rank
+    std::string bad;                          // the host path's: why the step is an anomaly ("" = it is not)
+  };
+  std::vector<PendingStep> pending_steps;
+  // (capacity, 3) double on the device: per pending step of the device path,
+  // its loss (averaged over ranks), global gradient norm and found_inf; its
+  // host copy (pinned on CUDA) is filled at the log point.
+  torch::Tensor step_values, step_values_host;
+  int64_t step_rows = 0;
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
   int64_t last_eval_tokens = 0;                         // predicted tokens of the last evaluate(), all ranks
   nlohmann::json memory_plan;  // the memory model's peak per rank and what the device had at start-up
@@ -329,36 +349,35 @@ struct Trainer::Impl {
   }
 
   // ---- TRAINING STEP BEGIN ----
-  // One iteration: accumulate micro-batches, reduce, clip, step. The window
-  // between start_iter and end_iter is bounded by device synchronizations.
-  IterationMetrics train_step(int64_t iter) {
-    begin_iteration(iter);                                    // watchdog, fault points, sync, metrics window
+  // One iteration: accumulate micro-batches, reduce, clip, step. Nothing here
+  // waits on the host (issue 46): loss, gradient norm, the non-finite flag and
+  // the clip coefficient stay on the device, and the step's figures are read
+  // at the next log point (record_pending). float16's loss scaler and the
+  // gradient_log_interval iterations take the host path (update_on_host).
+  void train_step(int64_t iter) {
+    begin_iteration(iter);                                    // watchdog, fault points, metrics window
     const double lr = schedule.at(iter);
     const torch::Tensor loss_sum = forward_backward(iter);    // accum micro-batches; DDP reduces in the last
     reduce_gradients(iter);                                   // gradients now averaged over ranks
     const double scale = scaler.scale();                      // float16's loss scale (1 otherwise)
-    const double loss = reduce_loss(iter, loss_sum);          // the same on every rank
-    const Update u = update(iter, lr, loss, scale);           // norm, clip, AdamW; or no update on any rank
-    sync_device(device);
-    IterationMetrics it = metrics->end_iter(iter, loss, lr, u.grad_norm, u.grad_stats);
-    rt.watchdog().iteration_done(it.dt_ms / 1e3);
+    const torch::Tensor loss = reduce_loss(iter, loss_sum);   // on the device, the same on every rank
+    PendingStep s = host_step(iter) ? update_on_host(iter, lr, loss, scale)  // norm, clip, AdamW; or no update
+                                    : update_on_device(iter, lr, loss);       //   on any rank
+    s.scale = scale;
+    metrics->close_iter(iter, lr);                            // its figures wait for the log point
     rt.watchdog().activity(fmt::format("after iteration {}: run log, evaluation, checkpoint", iter));
-    if (scaler.enabled()) it.loss_scale = scale;
-    it.skipped_step = u.skipped;
-    it.bad_step = u.bad;
-    return it;
+    pending_steps.push_back(std::move(s));
   }
   // ---- TRAINING STEP END ----
 
   void begin_iteration(int64_t iter) {
     rt.watchdog().iteration_begin(iter);
-    rt.watchdog().activity(fmt::format("iteration {}: start (device synchronize)", iter));
+    rt.watchdog().activity(fmt::format("iteration {}: start", iter));
     if (fault::hit(fault::Point::fail_iteration, rt.rank(), iter))
       throw Error(fmt::format("injected failure at iteration {} ({})", iter,
                               fault::env_name(fault::Point::fail_iteration)));
     if (fault::hit(fault::Point::iteration_sleep, rt.rank(), iter))
       std::this_thread::sleep_for(std::chrono::milliseconds(fault::value(fault::Point::iteration_sleep)));
-    sync_device(device);
     metrics->start_iter();
   }
 
@@ -398,53 +417,132 @@ struct Trainer::Impl {
     strategy->finish_gradients();
   }
 
-  // The iteration's loss, averaged over ranks (Phase::communication: a rank
-  // that arrives late is waited for here).
-  double reduce_loss(int64_t iter, const torch::Tensor& loss_sum) {
-    const double mine = loss_sum.item<double>();
+  // The iteration's loss, averaged over ranks, as a 0-dim double tensor on the
+  // device (Phase::communication: a rank that arrives late is waited for here).
+  torch::Tensor reduce_loss(int64_t iter, const torch::Tensor& loss_sum) {
     if (fault::hit(fault::Point::slow_loss_reduce, rt.rank(), iter))
       std::this_thread::sleep_for(std::chrono::milliseconds(fault::value(fault::Point::slow_loss_reduce)));
     auto t = metrics->phase(Phase::communication, fmt::format("iteration {}: loss allreduce", iter));
-    return mean_over_ranks(mine);
+    auto sum = loss_sum.to(torch::kDouble).reshape({1});
+    if (comm->world_size() > 1) {
+      comm->allreduce_sum(sum);
+      sum.div_(static_cast<double>(comm->world_size()));
+    }
+    return sum.reshape({});
   }
 
-  // What the optimizer part of an iteration did.
-  struct Update {
-    double grad_norm = 0;                     // global, across ranks and shards, unscaled
-    std::optional<GradNormStats> grad_stats;  // on gradient_log_interval iterations
-    bool skipped = false;                     // no update was made on any rank
-    std::string bad;                          // why this step is an anomaly ("" = it is not)
-  };
+  // The host path: float16's loss scaler reads the norm every step (it halves
+  // its scale on an overflow), and gradient_log_interval iterations read every
+  // parameter's gradient norm.
+  bool host_step(int64_t iter) const {
+    return scaler.enabled() || (cfg.gradient_log_interval > 0 && iter % cfg.gradient_log_interval == 0);
+  }
 
-  // Phase::optimizer: the global gradient norm, the clip coefficient and the
-  // AdamW step, or a skipped step (a non-finite loss or norm; float16's scale
-  // overflowing). Every rank sees the same loss and norm, so every rank takes
-  // the same branch. The sharded strategies' norm allreduce and parameter
-  // gathers count as communication.
-  Update update(int64_t iter, double lr, double loss, double scale) {
+  // Phase::optimizer on the device: the global gradient norm, the clip
+  // coefficient and found_inf (the loss or the norm is not finite) are device
+  // tensors the fused AdamW reads; found_inf = 1 leaves parameters, moments
+  // and the step count as they were on every rank (every rank holds the same
+  // loss and norm). The three values go to the step's row of step_values.
+  PendingStep update_on_device(int64_t iter, double lr, const torch::Tensor& loss) {
     auto t = metrics->phase(Phase::optimizer, fmt::format("iteration {}: gradient norm, optimizer step", iter));
-    Update u;
+    torch::NoGradGuard no_grad;
+    PendingStep s;
+    s.iter = iter;
+    const torch::Tensor norm = strategy->grad_norm_tensor();  // 0-dim double, global
+    // norm >= 0: the sum is not finite exactly when the loss or the norm is not.
+    const torch::Tensor found_inf = (loss + norm).isfinite().logical_not().to(torch::kDouble);
+    strategy->step(lr, clip_coefficient(norm, cfg.grad_clip), found_inf);  // the coefficient as its gradient scale
+    if (!step_values.defined()) {
+      const int64_t rows = max_pending_steps();
+      const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+      step_values = torch::empty({rows, 3}, opts.device(device));
+      step_values_host = device.is_cpu() ? step_values : torch::empty({rows, 3}, opts.pinned_memory(true));
+    }
+    s.row = step_rows++;
+    step_values[s.row].copy_(torch::stack({loss, norm, found_inf}));
+    return s;
+  }
+
+  // Phase::optimizer on the host: the same step, its values read now.
+  // float16: a non-finite norm is the loss scale overflowing: it is halved and
+  // no update is made. The sharded strategies' norm allreduce and parameter
+  // gathers count as communication.
+  PendingStep update_on_host(int64_t iter, double lr, const torch::Tensor& loss_t, double scale) {
+    auto t = metrics->phase(Phase::optimizer, fmt::format("iteration {}: gradient norm, optimizer step", iter));
+    PendingStep s;
+    s.iter = iter;
+    s.loss = loss_t.item<double>();
     const double scaled_norm = strategy->grad_norm();
-    u.grad_norm = scaled_norm / scale;
+    s.grad_norm = scaled_norm / scale;
     if (cfg.gradient_log_interval > 0 && iter % cfg.gradient_log_interval == 0)
-      u.grad_stats = summarize_grad_norms(parameter_grad_norms(named_parameters(), scale), u.grad_norm, cfg.grad_clip);
-    if (!std::isfinite(loss))
-      u.bad = fmt::format("loss is {}", loss);
-    else if (!std::isfinite(scaled_norm) && !scaler.enabled())
-      u.bad = fmt::format("gradient norm is {}", scaled_norm);
-    const bool finite = u.bad.empty() && std::isfinite(scaled_norm);
-    // float16: a non-finite norm is the loss scale overflowing: halve it, no update.
+      // The gradients hold sums over ranks (the optimizer folds in 1/world).
+      s.grad_stats = summarize_grad_norms(
+          parameter_grad_norms(named_parameters(), scale * static_cast<double>(comm->world_size())), s.grad_norm,
+          cfg.grad_clip);
+    s.bad = bad_step_reason(s.loss, scaled_norm);
+    const bool finite = s.bad.empty() && std::isfinite(scaled_norm);
     const bool take = scaler.update(finite ? scaled_norm : std::numeric_limits<double>::infinity()) && finite;
     if (take) {
-      const bool clip = cfg.grad_clip > 0 && u.grad_norm > cfg.grad_clip;
-      const double clip_coef = clip ? cfg.grad_clip / (u.grad_norm + 1e-6) : 1.0;
-      strategy->step(lr, clip_coef / scale);                  // AdamW, the clip coefficient as its gradient scale
+      strategy->step(lr, clip_coefficient(s.grad_norm, cfg.grad_clip) / scale);  // AdamW, the clip coefficient as its gradient scale
     } else {
       strategy->skip_step();                                  // no update on any rank
-      u.skipped = true;
+      s.skipped = true;
     }
-    return u;
+    return s;
   }
+
+  // Why a step is an anomaly: a non-finite loss, or (without float16's
+  // scaler, where it is an overflow) a non-finite gradient norm; "" = it is not.
+  std::string bad_step_reason(double loss, double scaled_norm) const {
+    if (!std::isfinite(loss)) return fmt::format("loss is {}", loss);
+    if (!std::isfinite(scaled_norm) && !scaler.enabled()) return fmt::format("gradient norm is {}", scaled_norm);
+    return "";
+  }
+
+  // The log point: waits for the device once, then each pending step's record
+  // (oldest first) with the values the device held for it.
+  std::vector<IterationMetrics> settle_pending() {
+    std::vector<IterationMetrics> out;
+    if (pending_steps.empty()) return out;
+    rt.watchdog().activity("log point: device synchronize, the steps' records");
+    if (step_rows > 0 && !device.is_cpu())
+      step_values_host.narrow(0, 0, step_rows).copy_(step_values.narrow(0, 0, step_rows), /*non_blocking=*/true);
+    sync_device(device);  // the only wait on the device in the loop, outside evaluations and checkpoints
+    const double* v = step_rows > 0 ? step_values_host.data_ptr<double>() : nullptr;
+    for (auto& s : pending_steps) {
+      if (s.row >= 0) {
+        s.loss = v[s.row * 3];
+        s.grad_norm = v[s.row * 3 + 1];
+        s.skipped = v[s.row * 3 + 2] != 0.0;
+        s.bad = bad_step_reason(s.loss, s.grad_norm);
+      }
+      IterationMetrics it = metrics->finish_iter(s.iter, s.loss, s.grad_norm, std::move(s.grad_stats));
+      rt.watchdog().iteration_done(it.dt_ms / 1e3);
+      if (scaler.enabled()) it.loss_scale = s.scale;
+      it.skipped_step = s.skipped;
+      it.bad_step = s.bad;
+      out.push_back(std::move(it));
+    }
+    pending_steps.clear();
+    step_rows = 0;
+    return out;
+  }
+
+  // A log point is due: every pending step to the run log (self-check
+  // failures, bad steps: max_bad_steps in a row end the run) and, on
+  // log_interval iterations and the last, to the console.
+  void record_pending(Console& console) {
+    for (const IterationMetrics& it : settle_pending()) {
+      record_iteration(it);
+      count_bad_step(it);
+      last_step_bad = !it.bad_step.empty();
+      if (it.iter % cfg.log_interval == 0 || it.iter + 1 == cfg.max_iters)
+        console.say(format_iteration_line(it, cfg.max_iters) + " | ETA " + console.bar().eta(it.iter + 1));
+    }
+  }
+  // Steps between two log points at most: a full buffer is a log point too.
+  int64_t max_pending_steps() const { return std::clamp<int64_t>(cfg.log_interval, 1, 1024); }
+  bool pending_full() const { return static_cast<int64_t>(pending_steps.size()) >= max_pending_steps(); }
 
   // ---- the loop's parts, in the order Trainer::run_loop calls them ----
 
@@ -534,8 +632,9 @@ struct Trainer::Impl {
   // resumes from here. Returns whether the run stops.
   bool stop_on_signal(TrainResult& result, Console& console) {
     rt.watchdog().activity("stop-signal check (MPI allreduce on the host)");
-    const int sig = rt.stop_signal_any_rank();  // all ranks stop after the same iteration
+    const int sig = rt.stop_signal_any_rank();  // all ranks stop after the same iteration; the GPU is not waited for
     if (!sig) return false;
+    record_pending(console);  // the checkpoint's counters include every step run
     result.stop_signal = sig;
     result.checkpoint = checkpoints->on_stop_signal(state.iteration);
     const std::string msg = fmt::format("stopped by signal {} after iteration {} of {}; checkpoint {} (resume "
@@ -622,20 +721,22 @@ TrainResult Trainer::run_loop() {
   for (int64_t iter = m.state.iteration; iter < cfg.max_iters; ++iter) {
     console.bar().step_started(iter);                         // a long step shows its time on a terminal
     profiler.before_step(iter);
-    const IterationMetrics it = m.train_step(iter);
+    m.train_step(iter);                                       // queued: nothing waits on the device
     profiler.after_step(iter);
     m.state.iteration = iter + 1;
-    m.record_iteration(it);                                   // run log, self-check failures
-    m.count_bad_step(it);                                     // max_bad_steps in a row end the run
     const bool last = iter + 1 == cfg.max_iters;
-    if (iter % cfg.log_interval == 0 || last)
-      console.say(format_iteration_line(it, cfg.max_iters) + " | ETA " + console.bar().eta(iter + 1));
+    const bool eval = (iter + 1) % cfg.eval_interval == 0 || last;
+    // A log point: the device is waited for once and every step since the last
+    // one recorded (run log, self-check failures, max_bad_steps, console).
+    // Before an evaluation or a checkpoint too: they read what the steps did.
+    if (iter % cfg.log_interval == 0 || eval || m.checkpoints->interval_due(m.state.iteration) || m.pending_full())
+      m.record_pending(console);
     console.bar().update(iter + 1);
-    if ((iter + 1) % cfg.eval_interval == 0 || last)
+    if (eval)
       m.evaluate_and_checkpoint(result, console);             // checkpoint when val improved
     else
       m.run_log->flush();
-    m.checkpoints->after_iteration(m.state.iteration, !it.bad_step.empty());  // checkpoint_interval
+    m.checkpoints->after_iteration(m.state.iteration, m.last_step_bad);  // checkpoint_interval (due: recorded)
     result.iterations = iter + 1 - (m.resumed ? m.resumed->state.iteration : 0);
     if (m.stop_on_signal(result, console)) break;             // SIGUSR1/SIGTERM: checkpoint, exit 124
   }

@@ -226,7 +226,8 @@ TEST(Strategy, Zero1EqualsDdp) {
 }
 
 // The device-tensor step (grad_norm_tensor, step(lr, grad_scale, found_inf):
-// the sync-free step's interface) takes the host step's updates, and found_inf
+// the sync-free step's interface) takes the host step's updates (to the bit
+// with the host's learning rate and clip_coefficient's tensor), and found_inf
 // = 1 is skip_step(): nothing changes, AdamW's step count included. Every
 // strategy, with and without accumulation (the buckets are zeroed lazily).
 TEST(Strategy, DeviceTensorStepIsTheHostStepAndFoundInfSkips) {
@@ -240,7 +241,10 @@ TEST(Strategy, DeviceTensorStepIsTheHostStepAndFoundInfSkips) {
       const int A = accum, W = c->world_size(), r = c->rank();
       std::vector<std::vector<torch::Tensor>> params;
       std::vector<int64_t> steps;
-      for (bool device : {false, true}) {
+      // 0: the host step; 1: the device step with the host's learning rate
+      // (the trainer's); 2: the device step with an fp32 learning rate tensor.
+      for (int mode : {0, 1, 2}) {
+        const bool device = mode > 0;
         auto net = make_net(7);
         auto strategy = make_strategy(llmtrain::StrategyOptions::from_config(cfg), net->groups(), *c);
         for (int it = 0; it < kIters; ++it) {
@@ -258,13 +262,17 @@ TEST(Strategy, DeviceTensorStepIsTheHostStepAndFoundInfSkips) {
             if (skip)
               strategy->skip_step();
             else
-              strategy->step(cfg.learning_rate, clip_coef(norm, cfg.grad_clip));
+              strategy->step(cfg.learning_rate, llmtrain::clip_coefficient(norm, cfg.grad_clip));
           } else {
             const auto norm = strategy->grad_norm_tensor();
             ASSERT_EQ(norm.dim(), 0);
-            ASSERT_EQ(norm.scalar_type(), torch::kFloat);
-            auto coef = (cfg.grad_clip / (norm.to(torch::kDouble) + 1e-6)).clamp_max(1.0).to(torch::kFloat);
-            strategy->step(torch::full({}, cfg.learning_rate), coef, torch::full({}, skip ? 1.0 : 0.0));
+            ASSERT_EQ(norm.scalar_type(), torch::kDouble);
+            const auto coef = llmtrain::clip_coefficient(norm, cfg.grad_clip);
+            const auto found_inf = torch::full({}, skip ? 1.0 : 0.0);
+            if (mode == 1)
+              strategy->step(cfg.learning_rate, coef, found_inf);
+            else
+              strategy->step(torch::full({}, cfg.learning_rate), coef, found_inf);
           }
         }
         steps.push_back(strategy->optimizer_steps());
@@ -272,11 +280,15 @@ TEST(Strategy, DeviceTensorStepIsTheHostStepAndFoundInfSkips) {
         params.emplace_back();
         for (auto& p : net->parameters()) params.back().push_back(p.detach().clone());
       }
-      EXPECT_EQ(steps[0], kIters - 1);
-      EXPECT_EQ(steps[1], kIters - 1);
-      for (size_t i = 0; i < params[0].size(); ++i)
-        EXPECT_TRUE(torch::allclose(params[0][i], params[1][i], 1e-5, 1e-6))
+      for (int mode : {0, 1, 2}) EXPECT_EQ(steps[mode], kIters - 1);
+      // Bit for bit with the host's learning rate (the trainer's step); an
+      // fp32 learning rate tensor rounds it.
+      for (size_t i = 0; i < params[0].size(); ++i) {
+        EXPECT_TRUE(torch::equal(params[0][i], params[1][i]))
             << "parameter " << i << " differs by " << (params[0][i] - params[1][i]).abs().max().item<float>();
+        EXPECT_TRUE(torch::allclose(params[0][i], params[2][i], 1e-5, 1e-6))
+            << "parameter " << i << " differs by " << (params[0][i] - params[2][i]).abs().max().item<float>();
+      }
     }
   }
 }

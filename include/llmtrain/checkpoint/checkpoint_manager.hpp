@@ -48,6 +48,9 @@ class CheckpointManager {
   // After `iteration` iterations: every checkpoint_interval iterations, except
   // during a run of bad steps (`bad_step`): the last checkpoint stays the last good state.
   void after_iteration(int64_t iteration, bool bad_step);
+  // Whether after_iteration(iteration, ...) may save (checkpoint_interval): the
+  // trainer records its pending steps first (their bad-step flags, counters).
+  bool interval_due(int64_t iteration) const { return policy_.interval > 0 && iteration % policy_.interval == 0; }
   // After an evaluation at `iteration` iterations: when val loss improved, or
   // at every evaluation with always_save_checkpoint.
   void after_evaluation(int64_t iteration, bool improved);

@@ -60,7 +60,9 @@ class Strategy {
   // steps). Only when `last_micro` may gradients be communicated.
   virtual void backward(const torch::Tensor& loss, bool last_micro) = 0;
   // Waits for outstanding gradient traffic; afterwards each rank's gradients are
-  // the average over all ranks (for its shard, where sharded).
+  // the sum over all ranks (for its shard, where sharded): the optimizer and
+  // the gradient norm fold in 1/world (issue 46: no pass that divides every
+  // gradient), so the average is what they read.
   virtual void finish_gradients() = 0;
   // Global L2 norm of the averaged gradient across all ranks and shards.
   virtual double grad_norm() = 0;
@@ -72,16 +74,19 @@ class Strategy {
   virtual void skip_step() = 0;
 
   // The same on the device, for a step that never waits on the host (issue 46).
-  // grad_norm_tensor(): grad_norm() as a 0-dim fp32 tensor on the gradients'
-  // device, no host read (the sharded strategies' allreduce of it runs on the
-  // device's stream). step(lr, grad_scale, found_inf): step(lr, grad_scale)
-  // with three 0-dim fp32 tensors on that device: the learning rate, the
-  // gradients' multiplier (clip coefficient / loss scale) and found_inf, where
-  // 1 makes it skip_step() (parameters, moments and AdamW's step count stay as
-  // they were; the fused kernel decides on the device) and 0 a normal step.
-  // Either way the gradients are zeroed after, as step() and skip_step() do.
+  // grad_norm_tensor(): grad_norm() as a 0-dim double tensor on the gradients'
+  // device, the same value to the bit, no host read (the sharded strategies'
+  // allreduce of it runs on the device's stream). step(lr, grad_scale,
+  // found_inf): step(lr, grad_scale) with 0-dim tensors on that device: the
+  // learning rate (fp32; or a double from the host, a kernel argument), the
+  // gradients' multiplier (clip coefficient / loss scale; in double it gives
+  // the host step's divisor to the bit) and found_inf (fp32), where 1 makes it
+  // skip_step() (parameters, moments and AdamW's step count stay as they were;
+  // the fused kernel decides on the device) and 0 a normal step. Either way
+  // the gradients are zeroed after, as step() and skip_step() do.
   virtual torch::Tensor grad_norm_tensor() = 0;
   virtual void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) = 0;
+  virtual void step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) = 0;
   // Bytes of optimizer state (moments, master weights) held by this rank.
   virtual int64_t optimizer_state_bytes() const = 0;
   // Bytes of parameter, gradient and optimizer storage this rank holds between
@@ -123,6 +128,14 @@ struct ParamGroups {
 };
 
 std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, const ParamGroups& groups, Collectives& comm);
+
+// The clip coefficient of a global gradient norm: max_norm / (norm + 1e-6)
+// where max_norm > 0 and norm > max_norm, else 1 (what multiplies the
+// gradients). The tensor form takes and gives a 0-dim double tensor on the
+// norm's device, computed there with the same IEEE operations: the same value
+// to the bit, no host read.
+double clip_coefficient(double norm, double max_norm);
+torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm);
 
 // Picks the strategy the options ask for (plain DDP, ZeRO-1 or FSDP).
 // Broadcasts rank 0's parameters so every rank starts identical.

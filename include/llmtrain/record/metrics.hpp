@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -111,7 +112,7 @@ class Metrics {
   // communication (see PhaseScope); null: phases are plain wall time. It must
   // outlive this object.
   // On a CUDA device the phases are GPU time (DeviceTimeline: events on the
-  // compute stream where each phase opens and closes, read in end_iter), and
+  // compute stream where each phase opens and closes, read in finish_iter), and
   // the waits moved to communication are the compute stream's stalls on the
   // collectives (Collectives::device_waits) plus any host waits.
   explicit Metrics(MetricsSetup setup, Collectives* comm = nullptr);
@@ -120,7 +121,7 @@ class Metrics {
   // Where a phase opens or closes: the host clock and the collectives' wait
   // counter (Collectives::waited_seconds); on CUDA also an event on the
   // compute stream and the collectives' count of device waits, resolved in
-  // end_iter after its device synchronization instead of at close.
+  // finish_iter after a device synchronization instead of at close.
   struct Mark {
     Clock::time_point time;
     double comm_waited_s = 0.0;
@@ -149,7 +150,10 @@ class Metrics {
     Mark open_;
   };
 
-  // Call right after a device synchronization: opens the iteration's window.
+  // Opens the iteration's window: right after a device synchronization, or
+  // right after close_iter() of the iteration before (CUDA: the window then
+  // starts at that iteration's closing event, so the windows of consecutive
+  // iterations tile the device's time).
   void start_iter();
   PhaseScope phase(Phase p) { return PhaseScope(this, p); }
   // Opens phase `p` and names it as the rank's activity (what the watchdog
@@ -165,9 +169,22 @@ class Metrics {
   // Returns the seconds moved. A closing PhaseScope moves its waits on
   // communication this way.
   double move_seconds(Phase from, Phase to, double seconds);
-  // Call right after a device synchronization: closes the window, derives every
-  // figure, reads memory, runs the self-check and keeps the record for summary().
+  // Closes the iteration's window without waiting for the device (issue 46: a
+  // step that does not log never waits on the host). What the host knows is
+  // taken now (the host clock, memory counters); what the device knows (CUDA:
+  // the GPU time of the step and of its phases) waits for finish_iter() after
+  // a device synchronization. Any number of iterations may be pending.
+  void close_iter(int64_t iter, double lr);
+  int64_t pending_iters() const { return static_cast<int64_t>(pending_.size()); }
+  // After a device synchronization: the oldest pending iteration (`iter`)
+  // with the values the device held (loss, gradient norm): every figure
+  // derived, self-checked and kept for summary(). The time of an iteration is
+  // the host clock's on a CPU and the compute stream's events' on CUDA (from
+  // the event that opened it to the one that closed it).
   // `grad_stats` only on gradient_log_interval iterations.
+  IterationMetrics finish_iter(int64_t iter, double loss, std::optional<double> grad_norm,
+                               std::optional<GradNormStats> grad_stats = std::nullopt);
+  // close_iter then finish_iter: call right after a device synchronization.
   IterationMetrics end_iter(int64_t iter, double loss, double lr, std::optional<double> grad_norm,
                             std::optional<GradNormStats> grad_stats = std::nullopt);
 
@@ -188,7 +205,18 @@ class Metrics {
     Phase phase;
     Mark open, close;
   };
-  void charge_device_spans();
+  // A closed iteration whose device figures are not read yet.
+  struct Pending {
+    int64_t iter = 0;
+    double lr = 0.0;
+    double host_s = 0.0;              // the host clock from start_iter to close_iter
+    int open_event = -1, close_event = -1;  // DeviceTimeline (CUDA)
+    std::array<double, kNumPhases> phase_s{};
+    std::vector<Span> spans;
+    MemoryStats memory;
+    std::optional<int64_t> allocated_peak_bytes;
+  };
+  void charge_device_spans(Pending& p);
   MetricsSetup setup_;
   Collectives* comm_ = nullptr;
   Watchdog* watchdog_ = nullptr;
@@ -197,6 +225,8 @@ class Metrics {
   Clock::time_point iter_t0_{};
   bool in_iter_ = false;
   std::array<double, kNumPhases> phase_s_{};
+  int open_event_ = -1;  // CUDA: the event the current iteration's window opened at
+  std::deque<Pending> pending_;
   std::vector<IterationMetrics> history_;
 };
 
