@@ -62,6 +62,9 @@ std::vector<Family> families() {
   docs.document_masking = true;
   docs.eos_id = 5;
   out.push_back({"llama3, document masking", docs});
+  ModelConfig recompute = l3;
+  recompute.recompute = llmtrain::ActivationCheckpointing::full;
+  out.push_back({"llama3, activation checkpointing", recompute});
   ModelConfig manual = q;
   manual.attention_backend = llmtrain::AttentionBackend::manual;
   out.push_back({"qwen3, manual attention", manual});
@@ -151,7 +154,9 @@ std::unique_ptr<at::ObserverContext> record_name(const at::RecordFunction& fn) {
 TEST(FusedKernelsModel, TraceShowsOneOpPerFusedKernel) {
   all_on();
   for (const auto& f : families()) {
-    if (f.m.document_masking || f.m.attention_backend == llmtrain::AttentionBackend::manual) continue;
+    if (f.m.document_masking || f.m.attention_backend == llmtrain::AttentionBackend::manual ||
+        f.m.recompute != llmtrain::ActivationCheckpointing::none)
+      continue;
     SCOPED_TRACE(f.name);
     ModelConfig m = f.m;
     m.fused_loss = m.fused_kernels = true;
