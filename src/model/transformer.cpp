@@ -245,6 +245,12 @@ std::vector<std::string> TransformerImpl::plan_kernels(torch::Device device, tor
   std::vector<std::string> lines;
   if (!cfg_.fused_kernels) return lines;
   using kernels::Op;
+  if (device.is_cuda() && !kernels::cuda_built()) {
+    lines.push_back(fmt::format("compile=True: this build has no CUDA kernels (LLMTRAIN_WITH_CUDA off); the model "
+                                "runs ATen's ops on {}", device.str()));
+    log::warn("{}", lines.back());
+    return lines;
+  }
   // The ops this model calls, with the width each one's shape limit reads.
   std::vector<std::pair<Op, int64_t>> ops = {
       {cfg_.norm == NormKind::layernorm ? Op::add_layernorm : Op::add_rmsnorm, cfg_.n_embd},
