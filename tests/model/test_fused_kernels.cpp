@@ -82,32 +82,35 @@ struct Result {
   std::vector<torch::Tensor> grads;
 };
 
-Result run(ModelConfig m, bool compile, torch::ScalarType dtype, const torch::Tensor& idx, const torch::Tensor& tgt) {
+Result run(ModelConfig m, bool compile, torch::ScalarType dtype, const torch::Tensor& idx, const torch::Tensor& tgt,
+           torch::Device device = torch::kCPU) {
   m.fused_loss = m.fused_kernels = compile;
   llmtrain::Transformer model(m);
   model->init_weights(7);
+  model->to(device);
+  model->plan_attention(device, dtype);
   torch::Tensor loss;
   {
     std::optional<llmtrain::AutocastGuard> ac;
-    if (dtype != torch::kFloat) ac.emplace(torch::kCPU, dtype);
-    loss = model->loss(idx, tgt);
+    if (dtype != torch::kFloat) ac.emplace(device, dtype);
+    loss = model->loss(idx.to(device), tgt.to(device));
   }
   loss.backward();
   Result r;
   r.loss = loss.item<double>();
   for (const auto& p : model->named_parameters()) {
     r.names.push_back(p.key());
-    r.grads.push_back(p.value().grad().defined() ? p.value().grad().clone() : torch::zeros_like(p.value()));
+    r.grads.push_back(p.value().grad().defined() ? p.value().grad().cpu() : torch::zeros_like(p.value()).cpu());
   }
   return r;
 }
 
-void expect_same(const ModelConfig& m, torch::ScalarType dtype, double tol) {
+void expect_same(const ModelConfig& m, torch::ScalarType dtype, double tol, torch::Device device = torch::kCPU) {
   torch::manual_seed(11);
   auto idx = torch::randint(m.vocab_size, {3, m.block_size}, torch::kLong);
   auto tgt = torch::randint(m.vocab_size, {3, m.block_size}, torch::kLong);
   tgt.index_put_({1, 4}, -1);  // an ignored target
-  const Result plain = run(m, false, dtype, idx, tgt), fused = run(m, true, dtype, idx, tgt);
+  const Result plain = run(m, false, dtype, idx, tgt, device), fused = run(m, true, dtype, idx, tgt, device);
   EXPECT_NEAR(fused.loss, plain.loss, tol * std::abs(plain.loss));
   ASSERT_EQ(plain.grads.size(), fused.grads.size());
   for (size_t i = 0; i < plain.grads.size(); ++i)
@@ -136,6 +139,20 @@ TEST(FusedKernelsModel, Bfloat16AutocastEqualsTheAtenPath) {
   for (const auto& f : families()) {
     SCOPED_TRACE(f.name);
     expect_same(f.m, torch::kBFloat16, 5e-2);
+  }
+}
+
+// On a GPU (skipped without one): the CUDA kernels in the model against the
+// ATen path on the same GPU, bf16 autocast, head_dim 16 (the flash and cuDNN
+// kernels take multiples of 8). The GPU check runs it with test_kernels_gpu.
+TEST(FusedKernelsModel, CudaBfloat16EqualsTheAtenPath) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (!llmtrain::kernels::cuda_built()) GTEST_SKIP() << "a build without the CUDA kernels";
+  all_on();
+  for (auto f : families()) {
+    SCOPED_TRACE(f.name);
+    f.m.head_dim = 16;
+    expect_same(f.m, torch::kBFloat16, 5e-2, torch::Device(torch::kCUDA, 0));
   }
 }
 
