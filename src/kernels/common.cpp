@@ -57,6 +57,24 @@ bool cuda_built() {
 void set_enabled(Op op, bool on) { g_disabled[static_cast<int>(op)] = !on; }
 bool enabled(Op op) { return !g_disabled[static_cast<int>(op)]; }
 
+std::string unsupported(Op op, int64_t width, torch::ScalarType dtype) {
+  if (!detail::kernel_dtype(dtype))
+    return fmt::format("it computes in float32 or bfloat16, the model in {}", c10::toString(dtype));
+  switch (op) {
+    case Op::add_rmsnorm:
+    case Op::add_layernorm:
+      if (width > cuda::kNormMaxCols)
+        return fmt::format("n_embd = {} is above its {} columns per row", width, cuda::kNormMaxCols);
+      break;
+    case Op::rope_qk_norm:
+      if (width % 2 != 0 || width > cuda::kRopeMaxHeadDim)
+        return fmt::format("head_dim = {} is odd or above {}", width, cuda::kRopeMaxHeadDim);
+      break;
+    default: break;
+  }
+  return {};
+}
+
 Impl choose(Op op, const torch::Tensor& x, bool shape_ok) {
   if (!enabled(op) || !shape_ok || !detail::kernel_dtype(x.scalar_type())) return Impl::aten;
   if (x.is_cuda() && cuda_built()) return Impl::cuda;

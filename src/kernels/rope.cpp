@@ -81,7 +81,7 @@ void twin_bwd(const Geom& g, const float* qkv, const float* dout[3], const float
     for (int64_t it = i0; it < i1; ++it) {
       const Dest dd = dest(g, it);
       const int64_t tok = it / g.NH(), t = tok % g.T, b = tok / g.T;
-      const float* src = qkv + it * g.D;
+      const float* src = qkv ? qkv + it * g.D : nullptr;  // null without QK-norm
       const float* dy = dout[dd.which] ? dout[dd.which] + dd.row * g.D : nullptr;
       const float* nw = dd.which == 0 ? qw : dd.which == 1 ? kw : nullptr;
       const bool rotate = cos && dd.which < 2;
@@ -149,7 +149,15 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
       v = vf.to(x.scalar_type());
       detail::maybe_corrupt(Op::rope_qk_norm, q);
     }
-    ctx->save_for_backward({x, c, s, q_norm_w, k_norm_w});
+    // Backward reads qkv only to recompute QK-norm's rstd: without QK-norm the
+    // rotation is linear and the GEMM output need not stay alive (q, k, v are
+    // what attention saves; keeping qkv too would double them).
+    const bool norm = q_norm_w.defined() || k_norm_w.defined();
+    ctx->save_for_backward({norm ? x : torch::Tensor(), c, s, q_norm_w, k_norm_w});
+    ctx->saved_data["B"] = B;
+    ctx->saved_data["T"] = T;
+    ctx->saved_data["D"] = D;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["H"] = H;
     ctx->saved_data["K"] = K;
     ctx->saved_data["eps"] = eps;
@@ -164,23 +172,25 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
     const int64_t H = ctx->saved_data["H"].toInt(), K = ctx->saved_data["K"].toInt();
     const double eps = ctx->saved_data["eps"].toDouble();
     const auto impl = static_cast<Impl>(ctx->saved_data["impl"].toInt());
-    const int64_t B = x.size(0), T = x.size(1), D = x.size(2) / (H + 2 * K);
+    const int64_t B = ctx->saved_data["B"].toInt(), T = ctx->saved_data["T"].toInt(), D = ctx->saved_data["D"].toInt();
+    const auto xdt = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     const Geom g{B, T, H, K, D};
+    const auto xopt = grads[0].defined() ? grads[0].options().dtype(xdt)
+                      : grads[1].defined() ? grads[1].options().dtype(xdt) : grads[2].options().dtype(xdt);
     const int64_t cbs = c.defined() && c.numel() != T * D / 2 ? T * D / 2 : 0;
     const auto qw = q_norm_w.defined() ? f32(q_norm_w) : torch::Tensor();
     const auto kw = k_norm_w.defined() ? f32(k_norm_w) : torch::Tensor();
     const bool norm = qw.defined() || kw.defined();
     torch::Tensor dqkv, dqw, dkw;
-    const auto fopt = x.options().dtype(torch::kFloat);
+    const auto fopt = xopt.dtype(torch::kFloat);
     if (impl == Impl::cuda) {
       torch::Tensor d[3];
       for (int i = 0; i < 3; ++i)
-        if (grads[static_cast<size_t>(i)].defined())
-          d[i] = grads[static_cast<size_t>(i)].to(x.scalar_type()).contiguous();
-      dqkv = torch::empty_like(x);
+        if (grads[static_cast<size_t>(i)].defined()) d[i] = grads[static_cast<size_t>(i)].to(xdt).contiguous();
+      dqkv = torch::empty({B, T, g.NH() * D}, xopt);
       torch::Tensor part;
       if (norm) part = torch::empty({cuda::rope_bwd_warps(g.items()), 2, D}, fopt);
-      cuda::rope_bwd(detail::dt(x.scalar_type()), x.data_ptr(), d[0].defined() ? d[0].data_ptr() : nullptr,
+      cuda::rope_bwd(detail::dt(xdt), x.defined() ? x.data_ptr() : nullptr, d[0].defined() ? d[0].data_ptr() : nullptr,
                      d[1].defined() ? d[1].data_ptr() : nullptr, d[2].defined() ? d[2].data_ptr() : nullptr,
                      ptr_or_null(c), ptr_or_null(s), cbs, ptr_or_null(qw), ptr_or_null(kw), dqkv.data_ptr(),
                      part.defined() ? part.data_ptr<float>() : nullptr, B, T, H, K, D, static_cast<float>(eps),
@@ -195,14 +205,15 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
           d[i] = f32(grads[static_cast<size_t>(i)]);
           dp[i] = d[i].data_ptr<float>();
         }
-      const auto xf = f32(x);
+      // Without QK-norm the twin reads no qkv row (qkv was not saved).
+      const auto xf = x.defined() ? f32(x) : torch::Tensor();
       auto df = torch::empty({B, T, g.NH(), D}, fopt);
       auto wprod = norm ? torch::zeros({B, T, g.NH(), D}, fopt) : torch::Tensor();
-      twin_bwd(g, xf.data_ptr<float>(), dp, ptr_or_null(c), ptr_or_null(s), cbs, ptr_or_null(qw), ptr_or_null(kw),
+      twin_bwd(g, ptr_or_null(xf), dp, ptr_or_null(c), ptr_or_null(s), cbs, ptr_or_null(qw), ptr_or_null(kw),
                df.data_ptr<float>(), norm ? wprod.data_ptr<float>() : nullptr, static_cast<float>(eps));
       if (qw.defined()) dqw = wprod.narrow(2, 0, H).sum({0, 1, 2});
       if (kw.defined()) dkw = wprod.narrow(2, H, K).sum({0, 1, 2});
-      dqkv = df.view(x.sizes()).to(x.scalar_type());
+      dqkv = df.view({B, T, g.NH() * D}).to(xdt);
     }
     return {dqkv,
             torch::Tensor(),

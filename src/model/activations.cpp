@@ -20,8 +20,12 @@ namespace {
 // 16-bit copy under autocast). LayerNorm saves its input with a mean and a
 // reciprocal deviation per row, all in r (CPU autocast does not lift it to
 // fp32), and the matmul its output.
+// compile=True (fused_kernels): kernels::add_rmsnorm / add_layernorm save
+// their input (the residual stream, r) and an fp32 mean and rstd per row (8:
+// RMSNorm keeps a zero mean too), and write the output in the matmul's dtype.
 double norm_bytes_per_token(const ModelConfig& m, double e, double r) {
   const double C = static_cast<double>(m.n_embd);
+  if (m.fused_kernels) return r * C + 8 + e * C;
   if (m.norm == NormKind::rmsnorm) return r * C + 4 + e * C;
   return r * C + 2 * r + e * C;
 }
@@ -43,8 +47,18 @@ double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int6
   // with attention below), and an fp32 reciprocal RMS per head; RoPE, which
   // reads its output, saves only its (T, D/2) tables.
   const bool rope = m.pos_encoding == PosEncoding::rope;
-  if (m.qk_norm) per_token += (H + K) * 4.0;
-  if (attention == AttentionBackend::manual) {
+  if (m.qk_norm && !m.fused_kernels) per_token += (H + K) * 4.0;
+  if (m.fused_kernels) {
+    // kernels::rope_qk_norm writes q, k, v as new (B, h, T, D) tensors, which
+    // attention saves (manual: the scaled q in place of q); it keeps c_attn's
+    // output only for QK-norm (its backward recomputes the rstd from it).
+    // SDPA's output then comes in (B, H, T, D) storage: SDPA saves it and
+    // c_proj its (B, T, H*D) copy (two H*D per token; manual: the copy only).
+    if (m.qk_norm) per_token += (H + 2 * K) * D * e;
+    per_token += (H + 2 * K) * D * e + H * D * e +
+                 (attention == AttentionBackend::manual ? H * T * e * (m.dropout > 0 ? 2.0 : 1.0)
+                                                        : H * D * e + H * 4.0);
+  } else if (attention == AttentionBackend::manual) {
     // c_attn's output where QK-norm keeps it; the scaled q, k and v the two
     // matmuls read (copies into (B, h, T, D)), the (T, T) softmax probabilities
     // of every head (and their dropout mask), and the copy of the output c_proj
@@ -63,7 +77,9 @@ double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int6
   }
   // MLP: SwiGLU keeps c_fc's (B, T, 2F) output (silu reads the gate as a view
   // of it), silu(gate) and the product c_proj reads; GELU its input and output.
-  per_token += (m.ffn == FfnKind::swiglu ? 4 * F : 2 * F) * e;
+  // compile=True: kernels::swiglu keeps only c_fc's output (it recomputes
+  // silu in backward), c_proj its input: 3F. GELU the same 2F either way.
+  per_token += (m.ffn == FfnKind::swiglu ? (m.fused_kernels ? 3 * F : 4 * F) : 2 * F) * e;
   return tokens * per_token;
 }
 
@@ -82,6 +98,12 @@ double activation_bytes_outside_blocks(const ModelConfig& m, ComputeDtype dtype,
   // the logits in the compute dtype, the loss's fp32 copy of 16-bit logits,
   // and the fp32 log-softmax it saves: all three exist at once in the loss.
   double bytes = tokens * norm_bytes_per_token(m, e, residual_bytes) + tokens * V * (e + 4.0 + (e < 4.0 ? 4.0 : 0.0));
+  // compile=True: kernels::lm_head_cross_entropy makes the logits a chunk of
+  // rows at a time (transient, not counted) and keeps, until backward, hidden's
+  // gradient (in place of the final norm's output, counted above) and the
+  // head weight's (V, C) gradient in the parameters' dtype.
+  if (m.fused_kernels)
+    bytes = tokens * norm_bytes_per_token(m, e, residual_bytes) + V * static_cast<double>(m.n_embd) * residual_bytes;
   // document_masking: one block-diagonal mask for all blocks, (B, 1, T, T) as
   // bool and as SDPA's additive mask in the compute dtype (CUDA's varlen flash
   // path builds neither: an upper bound there).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/record_function.h>
 #include <fmt/format.h>
@@ -82,6 +83,17 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   auto w = weight.scalar_type() == x.scalar_type() ? weight : weight.to(x.scalar_type());
   if (x.is_cpu()) return RmsNormCpu::apply(x, w, eps_);
   return at::rms_norm(x, {dim_}, w, eps_);
+}
+
+torch::ScalarType gemm_input_dtype(const torch::Tensor& x) {
+  const auto dev = x.device().type();
+  return at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev) : x.scalar_type();
+}
+
+kernels::NormOut NormImpl::forward_fused(const torch::Tensor& x, const torch::Tensor& delta,
+                                         torch::ScalarType out_dtype) {
+  if (layernorm_) return kernels::add_layernorm(x, delta, weight, bias, eps_, out_dtype);
+  return kernels::add_rmsnorm(x, delta, weight, eps_, out_dtype);
 }
 
 // ---- RoPE ----------------------------------------------------------------------
@@ -334,7 +346,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 AttentionImpl::AttentionImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan)
     : n_head_(cfg.n_head), n_kv_head_(cfg.n_kv_head), head_dim_(cfg.head_dim), dropout_(cfg.dropout),
-      plan_(std::move(plan)) {
+      fused_(cfg.fused_kernels), plan_(std::move(plan)) {
   const int64_t qkv = (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim;
   c_attn = register_module("c_attn", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, qkv).bias(cfg.bias)));
   c_proj = register_module(
@@ -350,6 +362,15 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = n_head_, K = n_kv_head_, D = head_dim_;
   auto qkv = linear(c_attn, x);                                        // (B, T, (H + 2K) * D)
+  if (fused_) {
+    // One op: q and k normalized (Qwen3) and rotated, v moved, all three written
+    // contiguous as (B, h, T, D), the layout every attention path takes. The
+    // tables come in fp32 (TransformerImpl::rope_for does not cast them here).
+    auto r = kernels::rope_qk_norm(qkv, H, K, cos, sin, q_norm ? q_norm->weight : torch::Tensor(),
+                                   k_norm ? k_norm->weight : torch::Tensor(), q_norm ? q_norm->eps() : 0.0);
+    auto y = causal_attention(r.q, r.k, r.v, *plan_, mask, dropout_, is_training(), docs);  // (B, H, T, D)
+    return linear(c_proj, y.transpose(1, 2).reshape({B, T, H * D}));
+  }
   // One split: its backward writes the three gradients into one (B, T, (H+2K)D)
   // buffer, where three narrows would each zero-fill one and add.
   auto parts = qkv.split_with_sizes({H * D, K * D, K * D}, -1);
@@ -390,7 +411,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 
 // ---- MLP -------------------------------------------------------------------------
 
-MlpImpl::MlpImpl(const ModelConfig& cfg) : swiglu_(cfg.ffn == FfnKind::swiglu) {
+MlpImpl::MlpImpl(const ModelConfig& cfg) : swiglu_(cfg.ffn == FfnKind::swiglu), fused_(cfg.fused_kernels) {
   const int64_t out = swiglu_ ? 2 * cfg.ffn_hidden : cfg.ffn_hidden;
   c_fc = register_module("c_fc", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, out).bias(cfg.bias)));
   c_proj = register_module("c_proj",
@@ -398,6 +419,12 @@ MlpImpl::MlpImpl(const ModelConfig& cfg) : swiglu_(cfg.ffn == FfnKind::swiglu) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (fused_) {
+    if (swiglu_) return linear(c_proj, kernels::swiglu(linear(c_fc, x)));  // (B, T, 2F) -> (B, T, F) -> (B, T, C)
+    // GELU's bias goes into the kernel (one pass over (B, T, F) either way).
+    auto h = at::linear(x, c_fc->weight);  // (B, T, F)
+    return linear(c_proj, kernels::gelu_tanh(h, c_fc->options.bias() ? c_fc->bias : torch::Tensor()));
+  }
   auto h = linear(c_fc, x);  // (B, T, 2F) swiglu: gate | up; (B, T, F) gelu
   if (swiglu_) {
     auto parts = h.chunk(2, -1);
@@ -410,7 +437,8 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
 
 // ---- block -----------------------------------------------------------------------
 
-BlockImpl::BlockImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan) : dropout_(cfg.dropout) {
+BlockImpl::BlockImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan)
+    : dropout_(cfg.dropout), fused_(cfg.fused_kernels) {
   const bool ln = cfg.norm == NormKind::layernorm;
   ln_1 = register_module("ln_1", Norm(cfg.n_embd, ln, cfg.bias, cfg.norm_eps));
   attn = register_module("attn", Attention(cfg, std::move(plan)));
@@ -421,6 +449,14 @@ BlockImpl::BlockImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                  const torch::Tensor& mask, const Documents* docs) {
   const double p = is_training() ? dropout_ : 0.0;
+  if (fused_) {
+    const auto dtype = gemm_input_dtype(x);
+    auto a = attn(ln_1->forward_fused(x, {}, dtype).normed, cos, sin, mask, docs);
+    if (p > 0) a = at::dropout(a, p, true);
+    auto n = ln_2->forward_fused(x, a, dtype);  // h = x + a, ln_2(h): one op
+    auto m = mlp(n.normed);
+    return n.residual + (p > 0 ? at::dropout(m, p, true) : m);
+  }
   auto a = attn(ln_1(x), cos, sin, mask, docs);
   auto h = x + (p > 0 ? at::dropout(a, p, true) : a);
   auto m = mlp(ln_2(h));

@@ -11,6 +11,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "llmtrain/kernels/kernels.hpp"  // defines: kernels::NormOut, the fused ops of compile=True
 #include "llmtrain/model/transformer.hpp"
 
 namespace llmtrain::model_detail {
@@ -30,13 +31,23 @@ class NormImpl : public torch::nn::Module {
   NormImpl(int64_t dim, bool layernorm, bool bias, double eps);
   torch::Tensor forward(const torch::Tensor& x);
 
+  // compile=True (fused_kernels): h = x + delta (delta undefined: h = x) and
+  // this norm of h in `out_dtype`, as one op (kernels::add_rmsnorm /
+  // add_layernorm). `residual` is h (undefined without delta).
+  kernels::NormOut forward_fused(const torch::Tensor& x, const torch::Tensor& delta, torch::ScalarType out_dtype);
+
   torch::Tensor weight, bias;  // (dim), bias undefined unless layernorm && bias
+  double eps() const { return eps_; }
  private:
   int64_t dim_;
   bool layernorm_;
   double eps_;
 };
 TORCH_MODULE(Norm);
+
+// The dtype the next GEMM reads x in: autocast's on x's device where autocast
+// is on, else x's own (what a fused norm writes its output in).
+torch::ScalarType gemm_input_dtype(const torch::Tensor& x);
 
 // RoPE, rotate-half (GPT-NeoX / HF LLaMA) convention: the pair (i, i + D/2) of
 // position m is rotated by m * theta^(-2i/D). cos, sin: (T, 1, D/2);
@@ -124,6 +135,7 @@ class AttentionImpl : public torch::nn::Module {
  private:
   int64_t n_head_, n_kv_head_, head_dim_;
   double dropout_;
+  bool fused_;  // compile=True: qkv -> q, k, v through kernels::rope_qk_norm
   std::shared_ptr<const AttentionPlan> plan_;
 };
 TORCH_MODULE(Attention);
@@ -137,10 +149,12 @@ class MlpImpl : public torch::nn::Module {
   torch::nn::Linear c_proj{nullptr};  // F -> C (residual projection)
  private:
   bool swiglu_;
+  bool fused_;  // compile=True: kernels::swiglu / gelu_tanh (GELU's bias added there, not in the GEMM)
 };
 TORCH_MODULE(Mlp);
 
-// Pre-norm block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+// Pre-norm block: x + attn(ln_1(x)), then + mlp(ln_2(x)). compile=True: ln_1
+// and "h = x + attn; ln_2(h)" are one fused op each.
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& cfg, std::shared_ptr<const AttentionPlan> plan);
@@ -152,6 +166,7 @@ class BlockImpl : public torch::nn::Module {
   Mlp mlp{nullptr};
  private:
   double dropout_;
+  bool fused_;
 };
 TORCH_MODULE(Block);
 

@@ -58,6 +58,7 @@ ModelConfig ModelConfig::from_config(const Config& c, int64_t data_vocab_size) {
   m.norm_eps = c.norm_eps;
   m.dropout = c.dropout;
   m.fused_loss = c.compile;
+  m.fused_kernels = c.compile;
   m.document_masking = c.document_masking;
   m.recompute = c.activation_checkpointing;
   m.checkpoint_every = c.activation_checkpointing_every;

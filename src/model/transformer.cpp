@@ -3,12 +3,16 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/core/log.hpp"
+#include "llmtrain/kernels/kernels.hpp"  // defines: the fused ops of compile=True, self_check
 #include "llmtrain/model/params.hpp"
 #include "model/recompute.hpp"
 #include "model/fused_loss.hpp"
@@ -99,6 +103,7 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& idx) {
     x = p.hooks ? p.hooks->run_block(static_cast<int64_t>(i), x, body) : body(x);
   }
   if (p.hooks) x = p.hooks->before_head(x);
+  if (cfg_.fused_kernels) return p.ln_f->forward_fused(x, {}, model_detail::gemm_input_dtype(x)).normed;
   return p.ln_f(x);
 }
 
@@ -133,7 +138,10 @@ std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rope_for(const torch::T
   const auto dev = p.rope_cos.device().type();
   const auto dtype = at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev)
                                                              : p.wte->weight.scalar_type();
-  auto cast = [&](const torch::Tensor& t) { return t.scalar_type() == dtype ? t : t.to(dtype); };
+  // compile=True: rope_qk_norm reads fp32 tables (its math is fp32): no cast.
+  auto cast = [&](const torch::Tensor& t) {
+    return cfg_.fused_kernels || t.scalar_type() == dtype ? t : t.to(dtype);
+  };
   if (!docs) return {cast(p.rope_cos.narrow(0, 0, T)), cast(p.rope_sin.narrow(0, 0, T))};
   auto rows = docs->positions().reshape({-1});  // (B*T)
   auto gather = [&](const torch::Tensor& table) {
@@ -143,6 +151,12 @@ std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rope_for(const torch::T
 }
 
 torch::Tensor TransformerImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
+  if (cfg_.fused_kernels) {
+    auto& p = *parts_;
+    auto x = hidden(idx);  // (B, T, C)
+    return kernels::lm_head_cross_entropy(x.reshape({-1, x.size(-1)}), p.lm_head ? p.lm_head->weight : p.wte->weight,
+                                          targets.reshape({-1}), /*ignore_index=*/-1);
+  }
   if (cfg_.fused_loss) {
     auto& p = *parts_;
     auto x = hidden(idx);  // (B, T, C)
@@ -225,6 +239,46 @@ void TransformerImpl::plan_attention(torch::Device device, torch::ScalarType dty
   for (const auto& line : plan.unavailable) log::warn("{}", line);
   log::info("attention: {} (requested {})", plan.label(), to_string(plan.requested));
   *parts_->attention_plan = std::move(plan);
+}
+
+std::vector<std::string> TransformerImpl::plan_kernels(torch::Device device, torch::ScalarType dtype) {
+  std::vector<std::string> lines;
+  if (!cfg_.fused_kernels) return lines;
+  using kernels::Op;
+  if (device.is_cuda() && !kernels::cuda_built()) {
+    lines.push_back(fmt::format("compile=True: this build has no CUDA kernels (LLMTRAIN_WITH_CUDA off); the model "
+                                "runs ATen's ops on {}", device.str()));
+    log::warn("{}", lines.back());
+    return lines;
+  }
+  // The ops this model calls, with the width each one's shape limit reads.
+  std::vector<std::pair<Op, int64_t>> ops = {
+      {cfg_.norm == NormKind::layernorm ? Op::add_layernorm : Op::add_rmsnorm, cfg_.n_embd},
+      {Op::rope_qk_norm, cfg_.head_dim},
+      {cfg_.ffn == FfnKind::swiglu ? Op::swiglu : Op::gelu_tanh, 0},
+      {Op::lm_head_cross_entropy, 0}};
+  // Each op once, forward and backward, against its ATen path on this device:
+  // one that disagrees is turned off with one line (kernels::self_check prints it).
+  const auto checked = kernels::self_check(device);
+  std::vector<std::string> on;
+  for (const auto& [op, width] : ops) {
+    const std::string why = kernels::unsupported(op, width, dtype);
+    if (!why.empty()) {
+      lines.push_back(
+          fmt::format("fused kernel llmtrain::{} cannot take this model: {}; it runs ATen", kernels::name(op), why));
+      log::warn("{}", lines.back());
+    } else if (kernels::enabled(op)) {
+      on.push_back(std::string("llmtrain::") + kernels::name(op));
+    } else {
+      for (const auto& r : checked)
+        if (r.op == op && !r.passed)
+          lines.push_back(fmt::format("fused kernel llmtrain::{} failed its self-check: {}", kernels::name(op), r.detail));
+    }
+  }
+  log::info("compile: fused kernels {} ({} on {}; docs/kernels.md)",
+            on.empty() ? std::string("none") : fmt::format("{}", fmt::join(on, ", ")),
+            device.is_cuda() ? "CUDA kernels" : "CPU twins", device.str());
+  return lines;
 }
 
 AttentionBackend TransformerImpl::attention_backend_used() const { return parts_->attention_plan->backend; }

@@ -106,7 +106,9 @@ std::string op_category_impl(const std::string& op_name) {
                                              "linear", "mv", "addmv", "dot", "vdot", "_addmm_activation", "addbmm",
                                              "einsum", "tensordot", "_scaled_mm", "mm_out", "addmm_out",
                                              // the LM head and its loss fused (model/fused_loss.cpp): GEMMs mostly
-                                             "fused_linear_cross_entropy", "fused_linear_cross_entropy_backward"};
+                                             "fused_linear_cross_entropy", "fused_linear_cross_entropy_backward",
+                                             // compile=True's fused kernel of the same (src/kernels/xent.cpp)
+                                             "lm_head_cross_entropy", "lm_head_cross_entropy_backward"};
   static const std::set<std::string> copy = {
       "copy_", "clone", "_to_copy", "cat", "stack", "_copy_from", "_copy_from_and_resize", "fill_", "zero_",
       "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",
@@ -119,7 +121,10 @@ std::string op_category_impl(const std::string& op_name) {
   if (starts_with(n, "_foreach_") || starts_with(n, "_fused_adam") || has(l, "adam") || starts_with(n, "_amp_"))
     return "optimizer";
   if (has(l, "attention") || has(l, "flash") || has(l, "_efficient_attention")) return "attention";
-  if (has(l, "layer_norm") || has(l, "rms_norm") || has(l, "group_norm") || has(l, "batch_norm")) return "norm";
+  // llmtrain::add_rmsnorm / add_layernorm (compile=True's fused residual add + norm) are norms too.
+  if (has(l, "layer_norm") || has(l, "rms_norm") || has(l, "group_norm") || has(l, "batch_norm") ||
+      has(l, "rmsnorm") || has(l, "layernorm"))
+    return "norm";
   if (gemm.count(n)) return "GEMM";
   if (copy.count(n)) return "copy";
   return "element-wise";

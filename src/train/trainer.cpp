@@ -187,6 +187,7 @@ struct Trainer::Impl {
     if (cfg.init_from.source == InitSource::hf) load_hf_checkpoint(*model, cfg.init_from.hf_dir);
     model->to(device);
     model->plan_attention(device, dtype);
+    model->plan_kernels(device, dtype);  // compile=True: the fused kernels' self-check and fallback lines
   }
 
   // Metrics, the run log with its start-up block and the predicted step

@@ -589,11 +589,13 @@ TEST(ActivationBytes, PerBlockMatchesTheCountingAllocator) {
                                   {"bf16 parameters", ComputeDtype::bfloat16, torch::kBFloat16}};
   const int64_t B = 4;
   for (auto cfg : {tiny_llama(), tiny_gpt2(), tiny_qwen3()}) {
+   for (bool fused : {false, true}) {  // compile=True: the fused kernels' blocks
     cfg.attention_backend = AttentionBackend::sdpa;
     cfg.block_size = 64;
+    cfg.fused_kernels = fused;
     const int64_t T = cfg.block_size;
     for (const auto& prec : precisions) {
-      SCOPED_TRACE(fmt::format("{} {}", cfg.arch_string(), prec.name));
+      SCOPED_TRACE(fmt::format("{} {}{}", cfg.arch_string(), prec.name, fused ? ", compile=True" : ""));
       const auto compute = llmtrain::compute_dtype(prec.dtype, cpu);
       auto plan = std::make_shared<md::AttentionPlan>(md::plan_attention(
           AttentionBackend::sdpa, cpu, compute, cfg.n_head, cfg.n_kv_head, cfg.head_dim, T, cfg.dropout));
@@ -629,6 +631,7 @@ TEST(ActivationBytes, PerBlockMatchesTheCountingAllocator) {
           << fmt::format("measured {:.0f} bytes, counted {:.0f} ({:+.2f}%)", kept - copies, counted,
                          100.0 * (counted - (kept - copies)) / (kept - copies));
     }
+   }
   }
 }
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """profile_steps through the real binaries (driven by CTest; docs/performance.md).
 
-2 ranks train tiny_llama on prepared SOTU text with compile=True (the fused LM
-head + loss) and --profile_steps=2-3: each rank writes
+2 ranks train tiny_llama on prepared SOTU text with compile=True (the fused
+kernels: the LM head + loss among them) and --profile_steps=2-3: each rank writes
 out/profile/rank<R>_steps2-3.pt.trace.json, valid Chrome-trace JSON (json.load)
 with ProfilerStep#2 and #3, the fused loss as llmtrain:: ops (one each way per
 step) and the ops' input shapes; `llmtrain-report --profile out/profile` prints, per step, the
@@ -36,7 +36,7 @@ def main():
         steps = sorted(n for n in names if n.startswith("ProfilerStep#"))
         if steps != ["ProfilerStep#2", "ProfilerStep#3"]:
             sys.exit(f"FAILED: {f}: steps {steps}, expected ProfilerStep#2 and #3")
-        for op in ("llmtrain::fused_linear_cross_entropy", "llmtrain::fused_linear_cross_entropy_backward"):
+        for op in ("llmtrain::lm_head_cross_entropy", "llmtrain::lm_head_cross_entropy_backward"):
             if names.count(op) != 2:
                 sys.exit(f"FAILED: {f}: {names.count(op)} {op} events, expected one per traced step")
         if not any(e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {}) for e in events):
@@ -45,7 +45,7 @@ def main():
     print(p.stdout)
     for needle in ("ProfilerStep#2", "ProfilerStep#3", "top-level ops", "GEMM", "attention", "norm", "element-wise",
                    "copy", "optimizer", "communication", "host synchronizations",
-                   "llmtrain::fused_linear_cross_entropy 1"):
+                   "llmtrain::lm_head_cross_entropy 1"):
         if needle not in p.stdout:
             sys.exit(f"FAILED: llmtrain-report --profile does not print {needle!r}")
     if p.stdout.count("profile ") != 2:

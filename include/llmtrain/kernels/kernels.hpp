@@ -40,6 +40,13 @@ bool cuda_built();
 // self-check has not turned the op off, aten otherwise.
 Impl choose(Op op, const torch::Tensor& x, bool shape_ok = true);
 
+// Why `op` cannot take a model's tensors of this width and dtype (empty when it
+// can): `width` is the norm's hidden size C for the norms, head_dim for
+// rope_qk_norm, unused by the others; `dtype` the dtype the op computes in (the
+// autocast dtype, else the parameters'). The model asks once at start-up and
+// prints one line per op that falls back to ATen (TransformerImpl::plan_kernels).
+std::string unsupported(Op op, int64_t width, torch::ScalarType dtype);
+
 // The self-check's switch (also for tests): a disabled op runs ATen everywhere.
 void set_enabled(Op op, bool on);
 bool enabled(Op op);

@@ -31,6 +31,12 @@ struct ModelConfig {
   // compile=True: the LM head and the cross-entropy fused, in chunks of rows
   // (model/fused_loss.hpp); the loss and its gradients equal the plain path's.
   bool fused_loss = false;
+  // compile=True: the block's element-wise work through the project's fused
+  // kernels (docs/kernels.md): residual add + norm (add_rmsnorm /
+  // add_layernorm), qkv -> q, k (QK-norm, RoPE), v (rope_qk_norm), SwiGLU /
+  // GELU-tanh, and the LM head + cross-entropy (lm_head_cross_entropy, in place
+  // of fused_loss's). compile=False keeps the ATen ops of model/layers.cpp.
+  bool fused_kernels = false;
   // Blocks that recompute their forward during backward (model/recompute.hpp):
   // none, every block (full), or every checkpoint_every-th block (selective).
   ActivationCheckpointing recompute = ActivationCheckpointing::none;

@@ -74,6 +74,13 @@ class TransformerImpl : public torch::nn::Module {
   // cannot serve and one naming the kernel used. The constructor plans for
   // CPU/float32 without printing; the trainer plans again for its device.
   void plan_attention(torch::Device device, torch::ScalarType dtype);
+  // compile=True (fused_kernels): runs the fused kernels' start-up self-check
+  // on `device` (kernels::self_check: a kernel that disagrees with ATen is
+  // turned off, with one line naming it) and prints one line per kernel this
+  // model's shape or `dtype` (the compute dtype) keeps on ATen, then one naming
+  // the kernels that run. Returns the fallback lines (tests). compile=False: nothing.
+  // The trainer calls it once at start-up, after plan_attention.
+  std::vector<std::string> plan_kernels(torch::Device device, torch::ScalarType dtype);
   // The backend actually used after the fallback chain (run-logged, in labels).
   AttentionBackend attention_backend_used() const;
   // The backend with the kernel that runs, e.g. "flash_attn_3 (SDPA cuDNN)",
