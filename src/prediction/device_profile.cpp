@@ -118,6 +118,15 @@ constexpr GpuFigures kGpus[] = {
 // computes a causal mask's diagonal blocks whole (Dao 2023, arXiv 2307.08691, §3.1):
 // 128 assumed.
 constexpr double kAttentionTile = 128.0;
+// Hopper's cuBLAS GEMMs (nvjet_sm90_tst_192x192_64x3_2x1_v_bz_coopB: tile
+// 192 x 192, K step 64) are persistent, one CTA per SM (grid 2 x 66 = 132 in the
+// trace), and share a short output's K loop among the SMs (stream-K): in the
+// LLaMA-2 1.36B step traced on an H100 (2026-11-27, /work/notes/gpu-h100/,
+// docs/performance-model.md) the attention projection's weight gradient,
+// 2304 x 2304 x 16384 (144 tiles: 1.09 waves of tiles, 55% by tile waves), ran
+// at 756 TFLOP/s, as fast as the 16384 x 12288 x 2304 fc (788). Its waves are
+// counted over K steps of 64.
+constexpr double kHopperGemmTileK = 64.0;
 
 double table_peak(const std::string& model, PeakMath math) {
   for (const auto& e : device_peak_table())
@@ -153,6 +162,7 @@ DeviceProfile gpu_profile(const GpuFigures& g) {
   p.sm_count = g.sm_count;
   p.gemm_tile_m = g.tile_m;
   p.gemm_tile_n = g.tile_n;
+  p.gemm_tile_k = g.hopper ? kHopperGemmTileK : 0.0;
   p.attention_tile = kAttentionTile;
   return p;
 }
@@ -263,6 +273,10 @@ constexpr std::pair<const char*, double DeviceProfile::*> kOptionalFields[] = {
     {"gemm_tile_m", &DeviceProfile::gemm_tile_m},
     {"gemm_tile_n", &DeviceProfile::gemm_tile_n},
     {"attention_tile", &DeviceProfile::attention_tile},
+    // 2026-11-27 (the H100 measurements, docs/performance-model.md): stream-K
+    // GEMMs and fused AdamW's own rate.
+    {"gemm_tile_k", &DeviceProfile::gemm_tile_k},
+    {"optimizer_gbps", &DeviceProfile::optimizer_gbps},
 };
 
 nlohmann::json device_profile_json(const DeviceProfile& p) {
