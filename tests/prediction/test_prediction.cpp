@@ -517,6 +517,11 @@ void print_h100_table(const char* title, const std::vector<PresetPrediction>& v)
                              x.run->step_ms() / x.run->predicted_then_ms, x.run->forward_backward_ms,
                              x.p.forward_backward_s() * 1e3, x.run->optimizer_ms, x.p.optimizer_s * 1e3,
                              h100::calibrated_on(*x.run) ? "  (calibrated on)" : "");
+  for (const auto& x : v)
+    std::cout << fmt::format("  {:<28} fwd+bwd predicted: matmul {:.1f}, attention {:.1f}, element-wise {:.1f}, "
+                             "launches {:.1f} ms\n",
+                             x.run->preset, x.p.matmul_s * 1e3, x.p.attention_s * 1e3, x.p.elementwise_s * 1e3,
+                             x.p.launch_s * 1e3);
 }
 
 }  // namespace
