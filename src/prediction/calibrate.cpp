@@ -382,7 +382,12 @@ std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile
         (sixteen ? p.attention_tflops_16bit : p.attention_tflops_fp32) =
             rate / attention_shape_efficiency(p, b, m.n_head, t);
     }
+  const double base_memory_gbps = p.memory_gbps;
   p.memory_gbps = measure_memory(c.batch_size * m.block_size * std::max(m.n_embd, m.ffn_hidden), dev);
+  // Fused kernels (published runs' frameworks; not this program's count) keep
+  // their share of what was measured.
+  if (p.fused_elementwise_gbps > 0 && base_memory_gbps > 0)
+    p.fused_elementwise_gbps *= p.memory_gbps / base_memory_gbps;
   // AdamW over the bucket-sized pieces it steps (at most 64 Mi elements on a
   // GPU, 16 Mi on a CPU: the rate, not the model's whole state, is wanted).
   p.optimizer_gbps = measure_optimizer_gbps(std::min<int64_t>(m.num_params(), int64_t{dev.is_cuda() ? 64 : 16} << 20),

@@ -36,6 +36,16 @@ namespace {
 //    github.com/NVIDIA/nccl-tests/issues/212): 370 / 450 = 0.82.
 constexpr double kMamfShare = 0.92;
 constexpr double kMemoryEfficiency = 0.70;
+// This program's own element-wise kernels (ATen's, one per operator, counted
+// operator by operator: ElementwiseKernels::llmtrain) and its fused AdamW stream
+// at these shares of the datasheet bandwidth, measured in the LLaMA-2 1.36B
+// step traced on an H100 on 2026-11-27 (/work/notes/gpu-h100/, docs/
+// performance-model.md, "Measured on a lent H100"): the residual stream's fp32
+// adds moved 453 MB in 157.4 us (2,880 of 3,350 GB/s: 0.86), at::_fused_adamw_
+// with the gradient norm 41.4 GB in 18.17 ms (2,279: 0.68). Other GPUs are
+// assumed to reach the same shares. kMemoryEfficiency stays the share of the
+// published runs' fused kernels (fused_elementwise_gbps), where it was fitted.
+constexpr double kAtenMemoryEfficiency = 2880.0 / 3350.0, kAdamWMemoryEfficiency = 2279.0 / 3350.0;
 constexpr double kLinkEfficiency = 370.0 / 450.0;
 // Attention kernels of the FlashAttention-2 generation (flash-attn 2, the
 // Triton kernel, PyTorch's SDPA flash path) run their causal FLOPs at this
@@ -149,7 +159,9 @@ DeviceProfile gpu_profile(const GpuFigures& g) {
   const double attention = g.hopper ? kAttentionEfficiencyHopper : kAttentionEfficiency;
   p.attention_tflops_16bit = attention * table_peak(g.model, PeakMath::bf16);
   p.attention_tflops_fp32 = attention * fp32_peak;
-  p.memory_gbps = kMemoryEfficiency * g.hbm_gbps;
+  p.memory_gbps = kAtenMemoryEfficiency * g.hbm_gbps;
+  p.optimizer_gbps = kAdamWMemoryEfficiency * g.hbm_gbps;
+  p.fused_elementwise_gbps = kMemoryEfficiency * g.hbm_gbps;
   p.intra_node_busbw_gbps = kLinkEfficiency * g.intra_line_gbps;
   p.inter_node_busbw_gbps = kLinkEfficiency * g.inter_line_gbps;
   p.collective_latency_us = kGpuCollectiveUs;
@@ -277,6 +289,7 @@ constexpr std::pair<const char*, double DeviceProfile::*> kOptionalFields[] = {
     // GEMMs and fused AdamW's own rate.
     {"gemm_tile_k", &DeviceProfile::gemm_tile_k},
     {"optimizer_gbps", &DeviceProfile::optimizer_gbps},
+    {"fused_elementwise_gbps", &DeviceProfile::fused_elementwise_gbps},
 };
 
 nlohmann::json device_profile_json(const DeviceProfile& p) {

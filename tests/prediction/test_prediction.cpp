@@ -485,9 +485,11 @@ TEST(CostModel, EfficiencyByShape) {
 namespace {
 
 namespace h100 = llmtrain::h100_2026_11_27;
-// The built-in profile holds published figures and constants fitted on
-// published runs, none on these: how far from them it may be.
-constexpr double kH100BuiltinTolerance = 0.15;
+// The built-in profile: published figures, constants fitted on published runs,
+// and (since 2026-11-27) the bandwidth shares of this program's ATen kernels and
+// fused AdamW read off the LLaMA-2 1.36B trace (device_profile.cpp): the issue's
+// 10% holds for it too.
+constexpr double kH100BuiltinTolerance = 0.10;
 
 struct PresetPrediction {
   const h100::PresetRun* run;

@@ -53,6 +53,10 @@ struct DeviceProfile {
   // Fused AdamW's streaming rate over its 32 bytes per element, GB/s
   // (--calibrate times at::_fused_adamw_ and the gradient norm); 0: memory_gbps.
   double optimizer_gbps = 0;
+  // The element-wise bandwidth of fused kernels as the published runs'
+  // frameworks run them (ElementwiseKernels::fused, cost_model.hpp), GB/s; 0:
+  // memory_gbps. Built-in GPU profiles: the share fitted on the published runs.
+  double fused_elementwise_gbps = 0;
   // Calibrated GEMM rates at the model's own shapes: "MxNxK:bf16" -> TFLOP/s.
   std::map<std::string, double> gemm_tflops;
   // Calibrated fused-attention rates at the model's own (T, head dim): "T2048xD128:bf16"
