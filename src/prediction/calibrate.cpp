@@ -388,9 +388,12 @@ std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile
   // their share of what was measured.
   if (p.fused_elementwise_gbps > 0 && base_memory_gbps > 0)
     p.fused_elementwise_gbps *= p.memory_gbps / base_memory_gbps;
-  // AdamW over the bucket-sized pieces it steps (at most 64 Mi elements on a
-  // GPU, 16 Mi on a CPU: the rate, not the model's whole state, is wanted).
-  p.optimizer_gbps = measure_optimizer_gbps(std::min<int64_t>(m.num_params(), int64_t{dev.is_cuda() ? 64 : 16} << 20),
+  // AdamW over the bucket-sized pieces it steps: the streaming rate, not the
+  // model's whole state, is wanted (at most 64 Mi elements on a GPU, 16 Mi on a
+  // CPU), and at least 4 Mi, so that a small model's rate is not its per-call
+  // cost (the launches are counted apart).
+  p.optimizer_gbps = measure_optimizer_gbps(std::clamp<int64_t>(m.num_params(), int64_t{4} << 20,
+                                                                int64_t{dev.is_cuda() ? 64 : 16} << 20),
                                             static_cast<int64_t>(c.ddp_bucket_mb * 1024.0 * 1024.0 / 4.0), dev);
   const double chain_us = measure_launch_us(dev, c.batch_size * m.block_size * m.n_embd, p.memory_gbps);
   double model_ms = 0;
