@@ -67,11 +67,16 @@ int reps_for(double flops_or_bytes, double rate_per_s, double rep_s = 0.05) {
 }
 
 // GEMMs of forward_gemms() in the layouts the model runs them (nn::Linear: x W^T;
-// backward: dY W and dY^T X). Returns the FLOP-weighted rate over all of them.
+// backward: dY W and dY^T X), each kept at its shape. Returns the large-GEMM
+// rate at which the profile's shape terms give their total time
+// (large_gemm_tflops): until 2026-11-27 it was their FLOP-weighted rate, which
+// already holds their shapes' efficiency, and a model of other shapes took its
+// own efficiency on top of it (the H100's presets at batch 2-4 predicted 19-27%
+// slow; docs/performance-model.md).
 double measure_gemms(const ModelConfig& m, int64_t batch, bool sixteen, const torch::Device& dev, DeviceProfile& p,
                      double rep_s) {
   const auto opt = torch::TensorOptions().device(dev).dtype(sixteen ? torch::kBFloat16 : torch::kFloat);
-  double flops_total = 0, seconds_total = 0;
+  std::vector<GemmTiming> timed;
   torch::NoGradGuard no_grad;
   for (const auto& g : forward_gemms(m, batch)) {
     auto x = torch::randn({g.m, g.k}, opt), w = torch::randn({g.n, g.k}, opt), dy = torch::randn({g.m, g.n}, opt);
@@ -89,11 +94,10 @@ double measure_gemms(const ModelConfig& m, int64_t batch, bool sixteen, const to
     for (const auto& pr : products) {
       const double s = time_call(pr.run, reps, dev);
       p.gemm_tflops[gemm_key(pr.m, pr.n, pr.k, sixteen)] = flops / s / 1e12;
-      flops_total += g.count * flops;
-      seconds_total += g.count * s;
+      timed.push_back({pr.m, pr.n, pr.k, static_cast<double>(g.count), s});
     }
   }
-  return flops_total / seconds_total / 1e12;
+  return large_gemm_tflops(p, timed);
 }
 
 // Causal SDPA forward + backward at the model's heads and head dimension and
@@ -123,6 +127,34 @@ double measure_memory(int64_t numel, const torch::Device& dev) {
   auto a = torch::randn({numel}, torch::TensorOptions().device(dev)), b = torch::randn_like(a), c = torch::empty_like(a);
   const double bytes = 12.0 * numel;
   const double s = time_call([&] { at::add_out(c, a, b); }, reps_for(bytes, 5e9), dev);
+  return bytes / s / 1e9;
+}
+
+// Fused AdamW's streaming rate: one at::_fused_adamw_ call (the kernel every
+// strategy steps through, distributed/fused_adamw.hpp) over tensors of the
+// bucket's size holding `numel` fp32 elements in all, then the gradients'
+// norm (clipping): 28 + 4 bytes per element, as the cost model counts them.
+double measure_optimizer_gbps(int64_t numel, int64_t piece, const torch::Device& dev) {
+  piece = std::max<int64_t>(1, std::min(piece, numel));
+  const auto opt = torch::TensorOptions().device(dev).dtype(torch::kFloat);
+  std::vector<torch::Tensor> params, grads, m, v;
+  for (int64_t done = 0; done < numel; done += piece) {
+    const int64_t n = std::min(piece, numel - done);
+    params.push_back(torch::randn({n}, opt));
+    grads.push_back(torch::randn({n}, opt) * 1e-3);
+    m.push_back(torch::zeros({n}, opt));
+    v.push_back(torch::zeros({n}, opt));
+  }
+  const std::vector<torch::Tensor> steps(params.size(), torch::ones({}, opt));
+  torch::NoGradGuard no_grad;
+  const double bytes = 32.0 * static_cast<double>(numel);
+  const double s = time_call(
+      [&] {
+        (void)at::_foreach_norm(grads, 2);
+        at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, 1e-4, 0.9, 0.95, 0.1, 1e-8,
+                          /*amsgrad=*/false, /*maximize=*/false, std::nullopt, std::nullopt);
+      },
+      reps_for(bytes, dev.is_cuda() ? 2e12 : 5e9), dev);
   return bytes / s / 1e9;
 }
 
@@ -182,6 +214,11 @@ double fit_launch_us(const Config& c, const ModelConfig& m, const torch::Device&
   // then that burst (docs/performance-model.md, the CPU tables).
   const double s = time_call(step, 1, dev, sample_s);
   if (measured_ms) *measured_ms = s * 1e3;
+  // On a GPU the host's dispatch runs ahead of the kernels and shows only where
+  // it is the slower (cost_model.cpp): a fit would book whatever the kernel
+  // rates miss as launches, and carry it to every other shape. The chain's
+  // figure stays; the model's time is reported beside the prediction.
+  if (p.asynchronous()) return floor_us;
   // The prediction of one micro-batch is linear in launch_us: fb(l) = fb0 + l * per_us.
   RunShape r = RunShape::from_config(c, m);
   r.grad_accum = 1;
@@ -345,7 +382,19 @@ std::string calibrate_device_profile(const Config& c, Runtime& rt, DeviceProfile
         (sixteen ? p.attention_tflops_16bit : p.attention_tflops_fp32) =
             rate / attention_shape_efficiency(p, b, m.n_head, t);
     }
+  const double base_memory_gbps = p.memory_gbps;
   p.memory_gbps = measure_memory(c.batch_size * m.block_size * std::max(m.n_embd, m.ffn_hidden), dev);
+  // Fused kernels (published runs' frameworks; not this program's count) keep
+  // their share of what was measured.
+  if (p.fused_elementwise_gbps > 0 && base_memory_gbps > 0)
+    p.fused_elementwise_gbps *= p.memory_gbps / base_memory_gbps;
+  // AdamW over the bucket-sized pieces it steps: the streaming rate, not the
+  // model's whole state, is wanted (at most 64 Mi elements on a GPU, 16 Mi on a
+  // CPU), and at least 4 Mi, so that a small model's rate is not its per-call
+  // cost (the launches are counted apart).
+  p.optimizer_gbps = measure_optimizer_gbps(std::clamp<int64_t>(m.num_params(), int64_t{4} << 20,
+                                                                int64_t{dev.is_cuda() ? 64 : 16} << 20),
+                                            static_cast<int64_t>(c.ddp_bucket_mb * 1024.0 * 1024.0 / 4.0), dev);
   const double chain_us = measure_launch_us(dev, c.batch_size * m.block_size * m.n_embd, p.memory_gbps);
   double model_ms = 0;
   p.launch_us = fit_launch_us(c, m, dev, p, chain_us, &model_ms, full ? 0.25 : 0.1);

@@ -36,6 +36,16 @@ namespace {
 //    github.com/NVIDIA/nccl-tests/issues/212): 370 / 450 = 0.82.
 constexpr double kMamfShare = 0.92;
 constexpr double kMemoryEfficiency = 0.70;
+// This program's own element-wise kernels (ATen's, one per operator, counted
+// operator by operator: ElementwiseKernels::llmtrain) and its fused AdamW stream
+// at these shares of the datasheet bandwidth, measured in the LLaMA-2 1.36B
+// step traced on an H100 on 2026-11-27 (/work/notes/gpu-h100/, docs/
+// performance-model.md, "Measured on a lent H100"): the residual stream's fp32
+// adds moved 453 MB in 157.4 us (2,880 of 3,350 GB/s: 0.86), at::_fused_adamw_
+// with the gradient norm 41.4 GB in 18.17 ms (2,279: 0.68). Other GPUs are
+// assumed to reach the same shares. kMemoryEfficiency stays the share of the
+// published runs' fused kernels (fused_elementwise_gbps), where it was fitted.
+constexpr double kAtenMemoryEfficiency = 2880.0 / 3350.0, kAdamWMemoryEfficiency = 2279.0 / 3350.0;
 constexpr double kLinkEfficiency = 370.0 / 450.0;
 // Attention kernels of the FlashAttention-2 generation (flash-attn 2, the
 // Triton kernel, PyTorch's SDPA flash path) run their causal FLOPs at this
@@ -118,6 +128,15 @@ constexpr GpuFigures kGpus[] = {
 // computes a causal mask's diagonal blocks whole (Dao 2023, arXiv 2307.08691, §3.1):
 // 128 assumed.
 constexpr double kAttentionTile = 128.0;
+// Hopper's cuBLAS GEMMs (nvjet_sm90_tst_192x192_64x3_2x1_v_bz_coopB: tile
+// 192 x 192, K step 64) are persistent, one CTA per SM (grid 2 x 66 = 132 in the
+// trace), and share a short output's K loop among the SMs (stream-K): in the
+// LLaMA-2 1.36B step traced on an H100 (2026-11-27, /work/notes/gpu-h100/,
+// docs/performance-model.md) the attention projection's weight gradient,
+// 2304 x 2304 x 16384 (144 tiles: 1.09 waves of tiles, 55% by tile waves), ran
+// at 756 TFLOP/s, as fast as the 16384 x 12288 x 2304 fc (788). Its waves are
+// counted over K steps of 64.
+constexpr double kHopperGemmTileK = 64.0;
 
 double table_peak(const std::string& model, PeakMath math) {
   for (const auto& e : device_peak_table())
@@ -140,7 +159,9 @@ DeviceProfile gpu_profile(const GpuFigures& g) {
   const double attention = g.hopper ? kAttentionEfficiencyHopper : kAttentionEfficiency;
   p.attention_tflops_16bit = attention * table_peak(g.model, PeakMath::bf16);
   p.attention_tflops_fp32 = attention * fp32_peak;
-  p.memory_gbps = kMemoryEfficiency * g.hbm_gbps;
+  p.memory_gbps = kAtenMemoryEfficiency * g.hbm_gbps;
+  p.optimizer_gbps = kAdamWMemoryEfficiency * g.hbm_gbps;
+  p.fused_elementwise_gbps = kMemoryEfficiency * g.hbm_gbps;
   p.intra_node_busbw_gbps = kLinkEfficiency * g.intra_line_gbps;
   p.inter_node_busbw_gbps = kLinkEfficiency * g.inter_line_gbps;
   p.collective_latency_us = kGpuCollectiveUs;
@@ -153,6 +174,7 @@ DeviceProfile gpu_profile(const GpuFigures& g) {
   p.sm_count = g.sm_count;
   p.gemm_tile_m = g.tile_m;
   p.gemm_tile_n = g.tile_n;
+  p.gemm_tile_k = g.hopper ? kHopperGemmTileK : 0.0;
   p.attention_tile = kAttentionTile;
   return p;
 }
@@ -263,6 +285,11 @@ constexpr std::pair<const char*, double DeviceProfile::*> kOptionalFields[] = {
     {"gemm_tile_m", &DeviceProfile::gemm_tile_m},
     {"gemm_tile_n", &DeviceProfile::gemm_tile_n},
     {"attention_tile", &DeviceProfile::attention_tile},
+    // 2026-11-27 (the H100 measurements, docs/performance-model.md): stream-K
+    // GEMMs and fused AdamW's own rate.
+    {"gemm_tile_k", &DeviceProfile::gemm_tile_k},
+    {"optimizer_gbps", &DeviceProfile::optimizer_gbps},
+    {"fused_elementwise_gbps", &DeviceProfile::fused_elementwise_gbps},
 };
 
 nlohmann::json device_profile_json(const DeviceProfile& p) {

@@ -1,5 +1,7 @@
 #include "llmtrain/record/run_record.hpp"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include "llmtrain/core/config.hpp"                  // defines: Config
@@ -7,7 +9,8 @@
 #include "llmtrain/distributed/runtime.hpp"          // defines: Runtime (ranks, hosts, devices)
 #include "llmtrain/distributed/watchdog.hpp"         // defines: Watchdog::activity
 #include "llmtrain/model/model_config.hpp"           // defines: ModelConfig::flops_per_token
-#include "llmtrain/prediction/calibrate.hpp"         // defines: calibrate_device_profile
+#include "llmtrain/prediction/calibrate.hpp"         // defines: calibrate_device_profile, CalibrationScope
+#include "llmtrain/record/prediction_check.hpp"      // defines: calibrates_by_default, kCalibrateProfile
 #include "llmtrain/record/tensorboard.hpp"           // defines: make_tensorboard_follower
 
 namespace llmtrain {
@@ -57,16 +60,49 @@ std::optional<PredictionCheck> predict_run(const Config& cfg, const ModelConfig&
                                            nlohmann::json& startup) {
   std::string why;
   std::optional<DeviceProfile> profile;
-  if (cfg.device_profile == kCalibrateProfile) {
+  const bool asked = cfg.device_profile == kCalibrateProfile;
+  if (asked || calibrates_by_default(cfg, rt.device_name())) {
     // device_profile=calibrate: the machine as this run finds it, measured
-    // by every rank together just before the first step.
-    rt.watchdog().activity("start-up: calibrating the device profile (device_profile=calibrate)");
+    // by every rank together just before the first step. A CPU run without
+    // device_profile: its step's rates only, briefly (CalibrationScope::step).
+    //
+    // The watchdog: a rank's heartbeat carries its activity and how long it
+    // has been at it, and rank 0 judges a peer stuck once that age plus the
+    // time since the heartbeat passes the limit. A calibration seconds long
+    // sent as an activity made the last heartbeat of a rank stopped just
+    // after it look stuck before it looked silent, and the verdict named the
+    // rank that waited (e2e_stalled_rank, 2026-11-27). So the calibration is
+    // idle to the heartbeats, and each rank bounds its own calibration with a
+    // check instead: past twice the limit (a stopped or dead peer is named by
+    // its silence first, at the limit) the job ends naming this rank.
+    const std::string what = asked ? "device_profile=calibrate" : "a CPU run without device_profile";
+    rt.watchdog().idle();
+    const auto started = std::chrono::steady_clock::now();
+    Watchdog& dog = rt.watchdog();
+    const int check = dog.add_check(
+        [&dog, started, what, rank = rt.rank()]() -> std::string {
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+          if (s <= 2.0 * dog.limit_s()) return "";
+          return fmt::format("rank {} did not finish calibrating the device profile ({}) in {:.0f} s, twice the "
+                             "limit: it, or a rank it waits for in the calibration's collectives, is stuck",
+                             rank, what, s);
+        },
+        nullptr);
     DeviceProfile measured;
-    const std::string file = calibrate_device_profile(cfg, rt, &measured);
-    measured.source = fmt::format("calibrate: measured by this run before its first step{}",
+    std::string file;
+    try {
+      file = calibrate_device_profile(cfg, rt, &measured, asked ? CalibrationScope::full : CalibrationScope::step);
+    } catch (...) {
+      dog.remove_check(check);
+      throw;
+    }
+    dog.remove_check(check);
+    rt.watchdog().activity("start-up: after calibrating the device profile");
+    measured.source = fmt::format("calibrate: measured by this run before its first step{}{}",
+                                  asked ? "" : " (a CPU run without device_profile: its step's rates)",
                                   file.empty() ? std::string() : fmt::format(" (written to {})", file));
     profile = std::move(measured);
-    log::info("device profile measured by this run (device_profile=calibrate): {}", profile->name);
+    log::info("device profile measured by this run ({}): {}", what, profile->name);
   } else {
     profile = run_device_profile(cfg, rt.device_name(), &why);
   }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <tuple>
 
@@ -19,11 +20,14 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/distributed/bucket_layout.hpp"
+#include "llmtrain/core/config.hpp"
 #include "llmtrain/core/error.hpp"
 #include "llmtrain/model/params.hpp"
 #include "llmtrain/prediction/cost_model.hpp"
 #include "llmtrain/prediction/validation.hpp"
+#include "h100_measured.hpp"
 #include "published_runs.hpp"
+#include "test_util.hpp"
 
 using namespace llmtrain;
 
@@ -87,17 +91,21 @@ TEST(CostModel, PhasesRespondToTheirInputs) {
   EXPECT_LT(*base.mfu_percent, 100.0);
   // Twice the batch: the GEMMs, attention and activation traffic double; the
   // per-micro-batch weight casts, gradient copies and launches do not. Without
-  // the tile terms the GEMMs take twice as long; with them less than that: at
-  // 8 x 1024 tokens a 768-wide output is 43 x 4 tiles, 2 waves of 132 SMs 65%
-  // full, at 16 x 1024 86 x 4 tiles, 3 waves 87% full.
+  // the tile terms the GEMMs take twice as long; with tile waves less than
+  // that: at 8 x 1024 tokens a 768-wide output is 43 x 4 tiles, 2 waves of 132
+  // SMs 65% full, at 16 x 1024 86 x 4 tiles, 3 waves 87% full. Hopper's
+  // stream-K kernels (gemm_tile_k) wave over K steps: both batches fill the SMs.
   const auto twice = predict_step(run(m, ComputeDtype::bfloat16, 16, StrategyKind::ddp), one, h100);
-  auto untiled = h100;
+  auto untiled = h100, tile_waves = h100;
   untiled.gemm_tile_m = untiled.gemm_tile_n = 0;
-  EXPECT_NEAR(predict_step(run(m, ComputeDtype::bfloat16, 16, StrategyKind::ddp), one, untiled).matmul_s /
-                  predict_step(run(m, ComputeDtype::bfloat16, 8, StrategyKind::ddp), one, untiled).matmul_s,
-              2.0, 0.15);  // less a launch per GEMM
-  EXPECT_GT(twice.matmul_s / base.matmul_s, 1.6);
-  EXPECT_LT(twice.matmul_s / base.matmul_s, 1.9);
+  tile_waves.gemm_tile_k = 0;
+  auto matmul = [&](const DeviceProfile& p, int64_t batch) {
+    return predict_step(run(m, ComputeDtype::bfloat16, batch, StrategyKind::ddp), one, p).matmul_s;
+  };
+  EXPECT_NEAR(matmul(untiled, 16) / matmul(untiled, 8), 2.0, 0.15);  // less a launch per GEMM
+  EXPECT_GT(matmul(tile_waves, 16) / matmul(tile_waves, 8), 1.6);
+  EXPECT_LT(matmul(tile_waves, 16) / matmul(tile_waves, 8), 1.9);
+  EXPECT_NEAR(twice.matmul_s / base.matmul_s, 2.0, 0.1);
   EXPECT_GT(twice.forward_backward_s() / base.forward_backward_s(), 1.6);
   EXPECT_LT(twice.forward_backward_s() / base.forward_backward_s(), 2.0);
   // fp32 runs on TF32, half the bf16 rate: slower.
@@ -446,13 +454,115 @@ TEST(CostModel, EfficiencyByShape) {
   EXPECT_LT(gemm_shape_efficiency(h100, 64, 64), 0.001);                       // one SM, a ninth of its tile
   EXPECT_GT(gemm_shape_efficiency(h100, 16384, 2048), 0.85);                   // 86 x 11 tiles: 8 waves, 7.2 full
   EXPECT_DOUBLE_EQ(gemm_shape_efficiency(load_device_profile("cpu_dev"), 64, 64), 1.0);
+  // Stream-K (Hopper: K steps of 64 share the SMs): the attention projection's
+  // weight gradient of LLaMA-2 1.36B, 2304 x 2304 over 16384 tokens, is 144
+  // tiles, 55% by tile waves; it ran at 756 TFLOP/s on an H100 (2026-11-27), as
+  // fast as the step's large GEMMs: 144 x 256 K steps fill 280 waves.
+  EXPECT_NEAR(gemm_shape_efficiency(h100, 2304, 2304), 144.0 / 264.0, 1e-12);
+  EXPECT_GT(gemm_shape_efficiency(h100, 2304, 2304, 16384), 0.99);
+  EXPECT_LT(gemm_shape_efficiency(h100, 64, 64, 1024), 0.02);  // 16 K steps on 132 SMs, a ninth of a tile
   // 33 x 16 heads x 4 query blocks = 16 full waves of 132 SMs: only the diagonal's loss.
   const double at512 = attention_shape_efficiency(h100, 33, 16, 512), at8k = attention_shape_efficiency(h100, 4, 16, 8192);
   EXPECT_NEAR(at512, 1.0 / (1.0 + 128.0 / 512.0), 1e-12);
   EXPECT_GT(at8k, at512);
-  // The step follows: a skinny model's GEMMs take longer with the tile terms than at the large-GEMM rate.
+  // The step follows: a skinny model's GEMMs take longer with tile waves than
+  // at the large-GEMM rate (with Hopper's K-step waves these are bound by
+  // their bytes either way).
   RunShape skinny = run(llama(1, 128, 1, 4096, 128), ComputeDtype::bfloat16, 1, StrategyKind::ddp);
-  auto no_tiles = h100;
+  auto no_tiles = h100, tile_waves = h100;
   no_tiles.gemm_tile_m = no_tiles.gemm_tile_n = 0;
-  EXPECT_GT(predict_step(skinny, {1, 1}, h100).matmul_s, predict_step(skinny, {1, 1}, no_tiles).matmul_s);
+  tile_waves.gemm_tile_k = 0;
+  EXPECT_GT(predict_step(skinny, {1, 1}, tile_waves).matmul_s, predict_step(skinny, {1, 1}, no_tiles).matmul_s);
+  EXPECT_GE(predict_step(skinny, {1, 1}, h100).matmul_s, predict_step(skinny, {1, 1}, no_tiles).matmul_s);
+}
+
+// ---- This program on an H100 (2026-11-27) ---------------------------------------
+// tests/prediction/h100_measured.hpp: the five presets measured after the
+// calibration stage, and the profile that stage measured, reconstructed from
+// calibrate.cpp and the step's trace. The Done-when of issue 50: after the
+// calibration, every preset's step predicted within 10% by phase total.
+
+namespace {
+
+namespace h100 = llmtrain::h100_2026_11_27;
+// The built-in profile: published figures, constants fitted on published runs,
+// and (since 2026-11-27) the bandwidth shares of this program's ATen kernels and
+// fused AdamW read off the LLaMA-2 1.36B trace (device_profile.cpp): the issue's
+// 10% holds for it too.
+constexpr double kH100BuiltinTolerance = 0.10;
+
+struct PresetPrediction {
+  const h100::PresetRun* run;
+  StepPrediction p;
+  double ratio() const { return run->step_ms() / (p.step_time_s * 1e3); }  // measured / predicted
+};
+
+std::vector<PresetPrediction> predict_h100_presets(const DeviceProfile& profile) {
+  std::vector<PresetPrediction> out;
+  for (const auto& r : h100::preset_runs()) {
+    Config c = llmtrain::testing::load_preset(r.preset);
+    c.batch_size = r.batch_size;
+    c.gradient_accumulation_steps = 1;
+    const ModelConfig m = ModelConfig::from_config(c, 0);
+    out.push_back({&r, predict_step(RunShape::from_config(c, m), {1, 1}, profile)});
+  }
+  return out;
+}
+
+void print_h100_table(const char* title, const std::vector<PresetPrediction>& v) {
+  std::cout << title << "\n"
+            << fmt::format("  {:<28} {:>5} {:>9} {:>9} {:>7} {:>7}   {}\n", "preset", "batch", "measured",
+                           "predicted", "m/p", "then", "fwd+bwd m/p, optimizer m/p (ms)");
+  for (const auto& x : v)
+    std::cout << fmt::format("  {:<28} {:>5} {:>9.1f} {:>9.1f} {:>7.3f} {:>7.3f}   {:.1f}/{:.1f}, {:.1f}/{:.1f}{}\n",
+                             x.run->preset, x.run->batch_size, x.run->step_ms(), x.p.step_time_s * 1e3, x.ratio(),
+                             x.run->step_ms() / x.run->predicted_then_ms, x.run->forward_backward_ms,
+                             x.p.forward_backward_s() * 1e3, x.run->optimizer_ms, x.p.optimizer_s * 1e3,
+                             h100::calibrated_on(*x.run) ? "  (calibrated on)" : "");
+  for (const auto& x : v)
+    std::cout << fmt::format("  {:<28} fwd+bwd predicted: matmul {:.1f}, attention {:.1f}, element-wise {:.1f}, "
+                             "launches {:.1f} ms\n",
+                             x.run->preset, x.p.matmul_s * 1e3, x.p.attention_s * 1e3, x.p.elementwise_s * 1e3,
+                             x.p.launch_s * 1e3);
+}
+
+}  // namespace
+
+// The reconstruction holds what the runs predicted with: 8c1d7a6's optimizer
+// term (32 bytes per parameter at the memory bandwidth + four launches per
+// bucket-sized piece) with the trace's add bandwidth and the per-operator cost
+// read off LLaMA-2 1.36B's predicted optimizer gives the other four presets'
+// predicted optimizer phases.
+TEST(H100Measured, Reconstruction) {
+  const auto& then = h100::predicted_then_optimizer_ms();
+  for (size_t i = 0; i < h100::preset_runs().size(); ++i) {
+    const auto& r = h100::preset_runs()[i];
+    const Config c = llmtrain::testing::load_preset(r.preset);
+    const double P = static_cast<double>(ModelConfig::from_config(c, 0).num_params());
+    const double calls = std::ceil(P * 4.0 / (c.ddp_bucket_mb * 1024.0 * 1024.0)) + 1.0;
+    const double ms = 1e3 * (32.0 * P / (h100::kAddGbps * 1e9) + 4.0 * calls * h100::kLaunchUs * 1e-6);
+    EXPECT_NEAR(ms / then[i], 1.0, 0.02) << r.preset << ": " << ms << " ms against " << then[i];
+  }
+}
+
+// After the calibration stage: every preset within 10% by phase total (data +
+// forward + backward + communication + optimizer against the run log's mean
+// step). LLaMA-2 1.36B is the preset the profile was measured on; the other four
+// are the checking set: calibrate timed none of their shapes.
+TEST(H100Measured, CalibratedProfileWithinTenPercent) {
+  const auto v = predict_h100_presets(h100::calibrated_profile());
+  print_h100_table("H100, 2026-11-27, profile calibrated on LLaMA-2 1.36B (reconstructed); then = 8c1d7a6's model", v);
+  for (const auto& x : v) {
+    EXPECT_NEAR(x.ratio(), 1.0, 0.10) << x.run->preset;
+    // Each phase the runs measured is predicted within 15% on its own too.
+    EXPECT_NEAR(x.run->forward_backward_ms / (x.p.forward_backward_s() * 1e3), 1.0, 0.15) << x.run->preset;
+    EXPECT_NEAR(x.run->optimizer_ms / (x.p.optimizer_s * 1e3), 1.0, 0.15) << x.run->preset;
+  }
+}
+
+// The built-in profile, before any calibration, on the same runs.
+TEST(H100Measured, BuiltinProfile) {
+  const auto v = predict_h100_presets(load_device_profile("h100_sxm"));
+  print_h100_table("H100, 2026-11-27, built-in h100_sxm profile (no calibration)", v);
+  for (const auto& x : v) EXPECT_NEAR(x.ratio(), 1.0, kH100BuiltinTolerance) << x.run->preset;
 }

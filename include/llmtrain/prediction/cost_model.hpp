@@ -117,7 +117,20 @@ std::vector<GemmShape> forward_gemms(const ModelConfig& m, int64_t batch_size);
 // shape"): a GEMM's share of the large-GEMM rate at an M x N output (tile and
 // wave quantization), and a fused causal attention kernel's share of its rate at
 // (batch, heads, T) (diagonal blocks computed whole, waves). 1 on a CPU profile.
-double gemm_shape_efficiency(const DeviceProfile& p, int64_t m, int64_t n);
+// k > 0 on a stream-K profile (gemm_tile_k): the waves are of K steps, not tiles.
+double gemm_shape_efficiency(const DeviceProfile& p, int64_t m, int64_t n, int64_t k = 0);
+
+// GEMMs timed at their shapes (seconds per call, `count` calls per step).
+struct GemmTiming {
+  int64_t m = 0, n = 0, k = 0;
+  double count = 1, seconds = 0;
+};
+// The large-GEMM rate (TFLOP/s) at which the shape terms reproduce the timed
+// GEMMs' total time: sum of count x FLOPs / shape efficiency over the sum of
+// count x seconds. --calibrate sets matmul_tflops_* to it, so that the shapes it
+// did not time (another model, another batch) take their own efficiency once,
+// not the timed shapes' on top of it.
+double large_gemm_tflops(const DeviceProfile& p, const std::vector<GemmTiming>& timed);
 double attention_shape_efficiency(const DeviceProfile& p, int64_t batch, int64_t heads, int64_t seq_len);
 
 }  // namespace llmtrain

@@ -45,6 +45,18 @@ struct DeviceProfile {
   // wave are lost (tile and wave quantization). A fused causal attention kernel
   // computes the diagonal blocks of attention_tile x attention_tile whole.
   double sm_count = 0, gemm_tile_m = 0, gemm_tile_n = 0, attention_tile = 0;
+  // > 0: the GEMM kernels are persistent and split the K dimension across SMs
+  // (stream-K: Hopper's cuBLAS nvjet kernels), so the waves are counted over
+  // tiles x ceil(K / gemm_tile_k) work units instead of tiles: a small output
+  // with a long K (a weight gradient) still fills the SMs. 0: tile waves (Ampere).
+  double gemm_tile_k = 0;
+  // Fused AdamW's streaming rate over its 32 bytes per element, GB/s
+  // (--calibrate times at::_fused_adamw_ and the gradient norm); 0: memory_gbps.
+  double optimizer_gbps = 0;
+  // The element-wise bandwidth of fused kernels as the published runs'
+  // frameworks run them (ElementwiseKernels::fused, cost_model.hpp), GB/s; 0:
+  // memory_gbps. Built-in GPU profiles: the share fitted on the published runs.
+  double fused_elementwise_gbps = 0;
   // Calibrated GEMM rates at the model's own shapes: "MxNxK:bf16" -> TFLOP/s.
   std::map<std::string, double> gemm_tflops;
   // Calibrated fused-attention rates at the model's own (T, head dim): "T2048xD128:bf16"
@@ -52,6 +64,9 @@ struct DeviceProfile {
   std::map<std::string, double> attention_by_shape_tflops;
 
   double matmul_tflops(bool sixteen_bit) const { return sixteen_bit ? matmul_tflops_16bit : matmul_tflops_fp32; }
+  // Kernels run asynchronously to the host (a GPU): an operator's dispatch
+  // cost (launch_us) shows only where the host is slower than the device.
+  bool asynchronous() const { return sm_count > 0; }
   double attention_tflops(bool sixteen_bit) const {
     return sixteen_bit ? attention_tflops_16bit : attention_tflops_fp32;
   }

@@ -27,8 +27,8 @@ std::optional<DeviceProfile> run_device_profile(const Config& c, const std::stri
 
 // Whether a CPU run of at least kSelfCalibrateMinIters iterations with no
 // device_profile is to measure the rates of its own step before its first one
-// (calibrate.hpp, CalibrationScope::step; a few seconds; the switch in
-// record/run_record.cpp is not on yet: docs/performance-model.md, "A CPU run
+// (calibrate.hpp, CalibrationScope::step; a few seconds; record/run_record.cpp's
+// predict_run, since 2026-11-27: docs/performance-model.md, "A CPU run
 // calibrates its own step"): a CPU's speed depends on the load
 // beside it and on the threads per rank, which no built-in profile knows (the
 // quick start's 2-core machine ran 12x faster than the built-in cpu_dev said,
