@@ -476,6 +476,8 @@ RunShape RunShape::from_config(const Config& c, const ModelConfig& m) {
   r.eval_interval = c.eval_interval;
   r.checkpoint_async = c.checkpoint_async;
   r.param_bytes = c.param_dtype == ParamDtype::bfloat16 ? 2.0 : 4.0;
+  // compile=True runs the fused kernels of src/kernels (one read and one write per op).
+  r.elementwise = m.fused_kernels ? ElementwiseKernels::fused : ElementwiseKernels::llmtrain;
   return r;
 }
 
