@@ -37,8 +37,8 @@ and --json FILE is rewritten after every run:
   benchmarks/compare_pytorch.sh --device cuda --configs llama_1.36b --rounds 1 --iters 10 --warmup 5 --deadline_s 240
 
 --op_count: instead of timing, the top-level ops of one training step (step 2:
-after the first steps' allocations) of llmtrain (compile=False; its
-profile_steps trace) and PyTorch eager (python_reference.py --profile_step;
+after the first steps' allocations) of llmtrain (compile=False, and compile=True
+as llmtrain_fused: the fused kernels; its profile_steps trace) and PyTorch eager (python_reference.py --profile_step;
 torch.profiler, fused AdamW, clipping), each preset at 4 and at 2 layers of the
 same shape, counted alike by `llmtrain-report --profile` (top-level: an aten::
 or llmtrain:: op not inside another such op of its thread, views left out;
@@ -201,20 +201,23 @@ def op_count(a, env, work, log):
         for dtype in a.dtypes.split(","):
             counts = {}
             for layers in (4, 2):
-                out = os.path.join(work, f"ops_{os.path.basename(name)}_{dtype}_{layers}")
-                cmd = [os.path.join(a.build, "bin", "llmtrain"), os.path.join(ROOT, preset), f"--data_dir={h5}",
-                       f"--dtype={dtype}", f"--num_threads={a.threads}", f"--max_iters={step + 1}",
-                       f"--out_dir={out}", "--eval_interval=100000", "--eval_iters=1", f"--device={a.device}",
-                       f"--n_layer={layers}", f"--profile_steps={step}"]
-                if a.accum:
-                    cmd.append(f"--gradient_accumulation_steps={a.accum}")
-                run_timed((["mpiexec", "-n", "1", "--bind-to", "none"] + cmd) if a.device == "cuda" else cmd, env, log)
-                trace = os.path.join(out, "profile", f"rank0_steps{step}-{step}.pt.trace.json")
-                if not os.path.exists(trace):
-                    sys.exit(f"compare_pytorch: llmtrain wrote no trace {trace} (a build whose loop runs "
-                             f"StepProfiler: src/record/step_profiler.hpp)")
-                counts[("llmtrain", layers)] = profile_counts(a, trace, log)
-                shutil.rmtree(out, ignore_errors=True)
+                # llmtrain as it is (compile=False) and with its fused kernels (compile=True).
+                for impl, compile_ in (("llmtrain", "False"), ("llmtrain_fused", "True")):
+                    out = os.path.join(work, f"ops_{os.path.basename(name)}_{dtype}_{layers}_{compile_}")
+                    cmd = [os.path.join(a.build, "bin", "llmtrain"), os.path.join(ROOT, preset), f"--data_dir={h5}",
+                           f"--dtype={dtype}", f"--num_threads={a.threads}", f"--max_iters={step + 1}",
+                           f"--out_dir={out}", "--eval_interval=100000", "--eval_iters=1", f"--device={a.device}",
+                           f"--n_layer={layers}", f"--profile_steps={step}", f"--compile={compile_}"]
+                    if a.accum:
+                        cmd.append(f"--gradient_accumulation_steps={a.accum}")
+                    run_timed((["mpiexec", "-n", "1", "--bind-to", "none"] + cmd) if a.device == "cuda" else cmd,
+                              env, log)
+                    trace = os.path.join(out, "profile", f"rank0_steps{step}-{step}.pt.trace.json")
+                    if not os.path.exists(trace):
+                        sys.exit(f"compare_pytorch: llmtrain wrote no trace {trace} (a build whose loop runs "
+                                 f"StepProfiler: src/record/step_profiler.hpp)")
+                    counts[(impl, layers)] = profile_counts(a, trace, log)
+                    shutil.rmtree(out, ignore_errors=True)
                 trace = os.path.join(work, f"pytorch_{os.path.basename(name)}_{dtype}_{layers}.pt.trace.json")
                 run_timed([a.python, os.path.join(HERE, "python_reference.py"), os.path.join(ROOT, preset),
                            f"dtype={dtype}", f"n_layer={layers}", "--mode", "eager", "--data",
@@ -223,7 +226,7 @@ def op_count(a, env, work, log):
                            "--profile_out", trace]
                           + ([f"gradient_accumulation_steps={a.accum}"] if a.accum else []), env, log)
                 counts[("pytorch_eager", layers)] = profile_counts(a, trace, log)
-            for impl in ("llmtrain", "pytorch_eager"):
+            for impl in ("llmtrain", "llmtrain_fused", "pytorch_eager"):
                 (n4, c4), (n2, c2) = counts[(impl, 4)], counts[(impl, 2)]
                 per_cat = {k: (c4.get(k, 0) - c2.get(k, 0)) / 2 for k in sorted(set(c4) | set(c2))}
                 rows.append((name, dtype, impl, n4, n2, (n4 - n2) / 2, per_cat))
@@ -233,8 +236,9 @@ def op_count(a, env, work, log):
     for r in rows:
         cats = ", ".join(f"{k} {v:g}" for k, v in r[6].items() if v)
         print(f"{r[0]:<12} {r[1]:<9} {r[2]:<14} {r[3]:>9} {r[4]:>9} {r[5]:>10g}  {cats}")
-    print("(top-level: an aten:: or llmtrain:: op not inside another such op of its thread, views, aliases and "
-          "allocations left out; per block = (4 layers - 2 layers) / 2; docs/performance.md)")
+    print("(llmtrain: compile=False; llmtrain_fused: compile=True, the fused kernels of src/kernels. top-level: an "
+          "aten:: or llmtrain:: op not inside another such op of its thread, views, aliases and allocations left out; "
+          "per block = (4 layers - 2 layers) / 2; docs/performance.md)")
     return rows
 
 

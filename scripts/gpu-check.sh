@@ -19,7 +19,8 @@
 #              run of the call predicts with (--device_profile; run logs: summary.prediction by phase)
 #   kernels    the fused kernels (src/kernels) against ATen: test_kernels_gpu, then bench-kernels'
 #              GPU pairs (kernel against the ATen ops it replaces), on the idle GPU
-#   profile    one LLaMA-2 1.36B step's trace (profile_steps, compile off and on) and
+#   profile    one LLaMA-2 1.36B step's trace (profile_steps, compile off and on, or as
+#              GPU_CHECK_PROFILE_COMPILE says: "True") and
 #              llmtrain-report --profile's kernel time by category; the traces come back gzipped
 #   compare    benchmarks/compare_pytorch.sh --device cuda: llmtrain against PyTorch eager and
 #              torch.compile on the LLaMA-2 1.36B preset
@@ -176,9 +177,10 @@ fi
 # (test_kernels_gpu), then each kernel's time against the ATen ops it replaces (bench-kernels).
 if stage kernels 40; then
   t=$(date +%s)
-  ( cd "$B" && timeout 150 ctest -R '^test_kernels_gpu$' --output-on-failure ) >"$W/kernels_test.log" 2>&1
-  say "kernels: test_kernels_gpu rc $? in $(($(date +%s) - t)) s: $(grep -E "tests passed|Passed|Failed|Skipped" "$W/kernels_test.log" | tail -2 | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure|Expected|Which is|kernel" "$W/kernels_test.log" | head -12 | cut -c1-300 | tee -a "$S"
+  # test_model_fused_kernels: the model with compile=True against compile=False (its CUDA case runs here).
+  ( cd "$B" && timeout 200 ctest -R '^(test_kernels_gpu|test_model_fused_kernels)$' --output-on-failure ) >"$W/kernels_test.log" 2>&1
+  say "kernels: test_kernels_gpu, test_model_fused_kernels rc $? in $(($(date +%s) - t)) s: $(grep -E "tests passed|Test +#" "$W/kernels_test.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure|Expected|Which is|SKIPPED" "$W/kernels_test.log" | head -12 | cut -c1-300 | tee -a "$S"
   t=$(date +%s)
   timeout 90 "$B/bin/bench-kernels" --benchmark_filter='gpu_' --benchmark_min_time=0.1 >"$W/kernels_bench.log" 2>&1
   say "kernels: bench-kernels rc $? in $(($(date +%s) - t)) s"
@@ -187,7 +189,7 @@ fi
 
 # One step's trace of the LLaMA-2 1.36B preset (compile off, then on): kernels by category.
 if stage profile 60; then
-  for c in False True; do
+  for c in ${GPU_CHECK_PROFILE_COMPILE:-False True}; do
     ((  $(left) > 30 )) || { say "SKIPPED profile compile=$c: budget"; continue; }
     t=$(date +%s)
     run1 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --data_dir="$DATA" --device="$DEV" --compile="$c" \
