@@ -131,6 +131,6 @@ function(llmtrain_add_area area)
   # LLMTRAIN_UNITY_BUILD: batches of 8 sources within this library (see src/CMakeLists.txt).
   if(LLMTRAIN_UNITY_BUILD)
     set_target_properties(${_name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE BATCH UNITY_BUILD_BATCH_SIZE 8)
-    target_compile_options(${_name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+    target_compile_options(${_name} PRIVATE $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wno-subobject-linkage>)  # a GCC warning: Clang has none
   endif()
 endfunction()
