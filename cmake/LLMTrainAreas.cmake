@@ -67,6 +67,13 @@ function(llmtrain_add_area area)
     if(LLMTRAIN_WITH_CUDA)
       file(GLOB_RECURSE _cu CONFIGURE_DEPENDS ${_src_dir}/*.cu)
       list(APPEND _sources ${_cu})
+      # Each .cu compiles alone under LLMTRAIN_UNITY_BUILD: CMake batches only C and
+      # C++ before 3.31 (Debian 12's 3.25), CUDA too from 3.31 (Debian 13's), where
+      # kernels' file-local names (kThreads in act.cu, norm.cu, xent.cu) then
+      # collide in one batch. One rule for every CMake.
+      if(_cu)
+        set_source_files_properties(${_cu} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+      endif()
     else()
       list(FILTER _sources EXCLUDE REGEX "(_cuda\\.cpp|raw_nccl\\.cpp)$")
     endif()
