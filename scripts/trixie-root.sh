@@ -39,6 +39,7 @@ PKGS=(
   libboost-program-options-dev nlohmann-json3-dev libpcre2-dev libicu-dev
   libzstd-dev zlib1g-dev liblzma-dev
   libgtest-dev libgmock-dev libbenchmark-dev python3-yaml zstd file binutils
+  mount  # prepare_faults_full_disk mounts a 1 MiB tmpfs (apt's variant has no mount)
 )
 # The bare root: CTest and xz (a GPU image has both), nothing that compiles.
 BARE=(cmake xz-utils ca-certificates)
