@@ -67,6 +67,13 @@ function(llmtrain_add_area area)
     if(LLMTRAIN_WITH_CUDA)
       file(GLOB_RECURSE _cu CONFIGURE_DEPENDS ${_src_dir}/*.cu)
       list(APPEND _sources ${_cu})
+      # Each .cu compiles alone under LLMTRAIN_UNITY_BUILD: CMake batches only C and
+      # C++ before 3.31 (Debian 12's 3.25), CUDA too from 3.31 (Debian 13's), where
+      # kernels' file-local names (kThreads in act.cu, norm.cu, xent.cu) then
+      # collide in one batch. One rule for every CMake.
+      if(_cu)
+        set_source_files_properties(${_cu} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+      endif()
     else()
       list(FILTER _sources EXCLUDE REGEX "(_cuda\\.cpp|raw_nccl\\.cpp)$")
     endif()
@@ -131,6 +138,6 @@ function(llmtrain_add_area area)
   # LLMTRAIN_UNITY_BUILD: batches of 8 sources within this library (see src/CMakeLists.txt).
   if(LLMTRAIN_UNITY_BUILD)
     set_target_properties(${_name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE BATCH UNITY_BUILD_BATCH_SIZE 8)
-    target_compile_options(${_name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+    target_compile_options(${_name} PRIVATE $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wno-subobject-linkage>)  # a GCC warning: Clang has none
   endif()
 endfunction()

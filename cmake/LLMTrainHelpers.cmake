@@ -10,6 +10,10 @@
 #   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} N ${MPIEXEC_PREFLAGS} <exe> ${MPIEXEC_POSTFLAGS}
 # with Open MPI's run-as-root and oversubscribe settings and OMP_NUM_THREADS=1.
 # Several NPROCS values may be given: one CTest test per value, named <name>_np<N>.
+# Open MPI 5's (PRRTE's) oversubscribe setting is set for every test at once, by
+# LLMTrainTestEnv.cmake, which CTest reads first.
+set_property(DIRECTORY "${PROJECT_SOURCE_DIR}" APPEND PROPERTY TEST_INCLUDE_FILES
+  "${CMAKE_CURRENT_LIST_DIR}/LLMTrainTestEnv.cmake")
 function(llmtrain_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT;AREA" "SOURCES;NPROCS;LABELS;ARGS;AREAS" ${ARGN})
   if(NOT T_TIMEOUT)

@@ -12,9 +12,17 @@
 #   lib/       what those programs load that is neither the GPU image's torch
 #              (torch/lib, the nvidia-* wheels beside it) nor a library of the
 #              GPU kit (../shared/gpu-kit/deps.tar.xz: MPI, HDF5, Boost, ICU,
-#              PCRE2, ...) nor a system library (/usr/lib, /lib: the C runtime,
-#              and what the kit's libraries load, the image's own): today Arrow
-#              and Parquet from the pyarrow wheel.
+#              PCRE2, ...) nor one every Ubuntu 24.04 image has
+#              (scripts/gpu-image-libs.txt: glibc, GCC 13's runtime, zlib, ...),
+#              and what those load in turn (scripts/packed-libs.py): today Arrow
+#              and Parquet from the pyarrow wheel and Google Benchmark's
+#              libbenchmark.so.1debian. What the kit's and torch's libraries
+#              load is theirs (a Debian 12 copy of the image's GnuTLS or
+#              Kerberos first on LD_LIBRARY_PATH would shadow the image's).
+#              Before the archive is written every program's libraries are
+#              checked against that list, lib/, the wheels and the kit, by
+#              reading the files (packed-libs.py check): one that would not
+#              load on the GPU image fails the pack.
 #   MANIFEST   torch, CUDA, NCCL and cuDNN versions the build linked, the
 #              commit, the build and source paths to rewrite (unpack-build.sh).
 # ARCHIVE: default llmtrain-build-<commit>.tar.xz in the current directory.
@@ -48,28 +56,22 @@ mkdir -p "$P/build" "$P/lib"
 mapfile -t progs < <(cd "$P/build" && find . -type f -perm -u+x -exec sh -c 'head -c4 "$1" | grep -q ELF' _ {} \; -print)
 for p in "${progs[@]}"; do strip --strip-unneeded "$P/build/$p" 2>/dev/null || true; done
 
-# 2. What the programs load: every library ldd resolves, except the image's torch
-#    and nvidia wheels, the kit's libraries and the C runtime.
+# 2. What the programs load (scripts/packed-libs.py): every library they need,
+#    and what those need, that is neither the image's (scripts/gpu-image-libs.txt:
+#    glibc, GCC 13's runtime, Ubuntu 24.04's required libraries), nor in the
+#    image's torch or nvidia wheels, nor the kit's. Found here by ldd, whatever
+#    directory it is in (Debian's libbenchmark.so.1debian under /usr/lib as much as
+#    pyarrow's Arrow). Then the stage is checked as the GPU image will load it.
 torch_lib=$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 site=$(dirname "$torch_lib")
-kit_libs=""
-[[ -f "$KIT/deps.tar.xz" ]] && kit_libs=$(tar -tJf "$KIT/deps.tar.xz" | grep -o '[^/]*\.so[.0-9]*$' | sed 's/\.so.*/.so/' | sort -u)
-runtime='^(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|libstdc\+\+|libgcc_s|libutil|libresolv)\.so'
-declare -A want=()
-for p in "${progs[@]}"; do
-  while read -r name _ path _; do
-    [[ "$path" == /* && -f "$path" ]] || continue
-    [[ "$path" == "$site"/torch/* || "$path" == "$site"/nvidia/* ]] && continue
-    base=$(basename "$path"); stem=${base%%.so*}.so
-    [[ "$base" =~ $runtime ]] && continue
-    grep -qx "$stem" <<<"$kit_libs" && continue
-    # The system's own libraries (and what the kit's need: GnuTLS, Kerberos, ...)
-    # are the image's: a Debian 12 copy first on LD_LIBRARY_PATH would shadow them.
-    [[ "$path" =~ ^/(usr/)?lib(64)?/ ]] && continue
-    want[$path]=$name
-  done < <(ldd "$B/$p" 2>/dev/null)
-done
-for path in "${!want[@]}"; do cp -L "$path" "$P/lib/${want[$path]}"; done
+kit=()
+if [[ -f "$KIT/deps.tar.xz" ]]; then kit=(--kit "$KIT/deps.tar.xz")
+else echo "pack-build: no GPU kit at $KIT: its libraries (MPI, HDF5, ...) are packed too" >&2; fi
+plan=$("$py" "$SRC/scripts/packed-libs.py" plan --site "$site" "${kit[@]+"${kit[@]}"}" \
+  "${progs[@]/#/$B/}")
+while read -r name path; do [[ -n "$name" ]] && cp -L "$path" "$P/lib/$name"; done <<<"$plan"
+"$py" "$SRC/scripts/packed-libs.py" check --site "$site" "${kit[@]+"${kit[@]}"}" "$P" ||
+  { echo "pack-build: a packed program would not find a library on the GPU image (above)" >&2; exit 1; }
 
 # 3. The manifest: what the build linked, to be matched on the GPU machine.
 "$py" - "$B" "$srcdir" "$commit" "$B/CMakeCache.txt" >"$P/MANIFEST" <<'PY'

@@ -31,14 +31,16 @@ if [[ "${1:-}" == --bare ]]; then bare=1; root=$root-bare; shift; fi
 if [[ "${1:-}" == --print ]]; then echo "$root"; exit 0; fi
 
 # What install-deps.sh installs on Debian 12, under trixie's names, less what
-# the checks here do not use (chromium, Slurm, npm: their tests skip), plus the
-# compilers and ccache.
+# the checks here do not use (chromium, Slurm, npm: their tests skip; the npm
+# packages come from the clone's third_party/npm), plus the compilers and ccache.
 PKGS=(
   build-essential g++-14 g++-13 cmake ninja-build pkg-config git ca-certificates ccache
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
   libboost-program-options-dev nlohmann-json3-dev libpcre2-dev libicu-dev
   libzstd-dev zlib1g-dev liblzma-dev
   libgtest-dev libgmock-dev libbenchmark-dev python3-yaml zstd file binutils
+  mount  # prepare_faults_full_disk mounts a 1 MiB tmpfs (apt's variant has no mount)
+  nodejs # the tokenizer parity tests' oracle (the JS tokenizers of third_party/npm)
 )
 # The bare root: CTest and xz (a GPU image has both), nothing that compiles.
 BARE=(cmake xz-utils ca-certificates)
