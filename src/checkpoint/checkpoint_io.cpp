@@ -157,6 +157,17 @@ void sleeping_barrier(MPI_Comm comm) {
   }
 }
 
+// A creation property list for datasets (H5P_DATASET_CREATE) or groups
+// (H5P_GROUP_CREATE) that records no modification times: HDF5 stamps each object
+// with the second it was written, so two saves of the same state differed in
+// bytes when they fell either side of a second. The root's `created` attribute
+// is the file's one time stamp.
+H5Id untimed(hid_t cls) {
+  H5Id p(H5_CHECK(H5Pcreate(cls)), H5Pclose);
+  H5_CHECK(H5Pset_obj_track_times(p, false));
+  return p;
+}
+
 }  // namespace
 
 // ---- turns of the writers of one node (checkpoint/checkpoint_turns.hpp) ---------------------
@@ -290,7 +301,8 @@ struct CheckpointWriter::File {
     const size_t slash = path.rfind('/');
     const hid_t parent = slash == std::string::npos ? file.get() : group(path.substr(0, slash));
     const std::string leaf = slash == std::string::npos ? path : path.substr(slash + 1);
-    H5Id g(H5_CHECK(H5Gcreate2(parent, leaf.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+    H5Id g(H5_CHECK(H5Gcreate2(parent, leaf.c_str(), H5P_DEFAULT, untimed(H5P_GROUP_CREATE), H5P_DEFAULT)),
+           H5Gclose);
     return groups.emplace(path, std::move(g)).first->second;
   }
   void write(const Pending& w, Direct* direct);
@@ -498,8 +510,8 @@ void CheckpointWriter::tensor(const std::string& group, const std::string& name,
   }
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   H5Id fspace(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-  H5Id d(H5_CHECK(H5Dcreate2(f_->group(group), name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, H5P_DEFAULT,
-                             H5P_DEFAULT)),
+  H5Id d(H5_CHECK(H5Dcreate2(f_->group(group), name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT,
+                             untimed(H5P_DATASET_CREATE), H5P_DEFAULT)),
          H5Dclose);
   int64_t numel = 1;
   for (int64_t s : shape) numel *= s;
@@ -520,8 +532,8 @@ void CheckpointWriter::rank_row(const std::string& group, const std::string& nam
                  len, maxlen);
   hsize_t dims[2] = {static_cast<hsize_t>(world_size_), static_cast<hsize_t>(len)};
   H5Id fspace(H5_CHECK(H5Screate_simple(2, dims, nullptr)), H5Sclose);
-  H5Id d(H5_CHECK(H5Dcreate2(f_->group(group), name.c_str(), H5T_STD_U8LE, fspace, H5P_DEFAULT, H5P_DEFAULT,
-                             H5P_DEFAULT)),
+  H5Id d(H5_CHECK(H5Dcreate2(f_->group(group), name.c_str(), H5T_STD_U8LE, fspace, H5P_DEFAULT,
+                             untimed(H5P_DATASET_CREATE), H5P_DEFAULT)),
          H5Dclose);
   hsize_t start[2] = {static_cast<hsize_t>(rank_), 0}, count[2] = {1, static_cast<hsize_t>(len)};
   H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr));
