@@ -50,8 +50,13 @@ stamp=$root/.llmtrain-root
 want=$(printf '%s\n' $suite "${PKGS[@]}" | sha256sum | cut -c1-16)
 
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-  command -v mmdebstrap >/dev/null || { echo "trixie-root: needs mmdebstrap (apt-get install mmdebstrap)" >&2; exit 1; }
   [[ $(id -u) -eq 0 ]] || { echo "trixie-root: making the root needs root (mmdebstrap's root mode)" >&2; exit 1; }
+  # A clean machine (CI) has no mmdebstrap: Debian 12 ships it.
+  if ! command -v mmdebstrap >/dev/null; then
+    echo "trixie-root: installing mmdebstrap (Debian's package)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >/dev/null; } ||
+      { echo "trixie-root: needs mmdebstrap, and apt-get install mmdebstrap failed" >&2; exit 1; }
+  fi
   echo "trixie-root: making $root ($suite, ${#PKGS[@]} packages)"
   t0=$SECONDS
   rm -rf "$root"
