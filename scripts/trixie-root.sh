@@ -41,6 +41,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev python3-yaml zstd file binutils
   mount  # prepare_faults_full_disk mounts a 1 MiB tmpfs (apt's variant has no mount)
   nodejs # the tokenizer parity tests' oracle (the JS tokenizers of third_party/npm)
+  e2fsprogs # ckpt_disk_full's 2 MB ext4 image (mkfs.ext4)
 )
 # The bare root: CTest and xz (a GPU image has both), nothing that compiles.
 BARE=(cmake xz-utils ca-certificates)
