@@ -188,14 +188,20 @@ if stage kernels 40; then
   grep -E "^run/gpu_|ERROR|error" "$W/kernels_bench.log" | cut -c1-200 | tee -a "$S"
 fi
 
+# A short LLaMA-2 1.36B run at one micro-batch per step, predicted with this GPU's profile; the
+# caller adds what the stage varies (compile, document_masking, iterations, out_dir).
+llama_run() {
+  run1 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --data_dir="$DATA" --device="$DEV" \
+    --gradient_accumulation_steps=1 --log_interval=1 --eval_interval=1000000 --eval_iters=1 \
+    "${PROF[@]+"${PROF[@]}"}" "$@"
+}
+
 # One step's trace of the LLaMA-2 1.36B preset (compile off, then on): kernels by category.
 if stage profile 60; then
   for c in ${GPU_CHECK_PROFILE_COMPILE:-False True}; do
     ((  $(left) > 30 )) || { say "SKIPPED profile compile=$c: budget"; continue; }
     t=$(date +%s)
-    run1 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --data_dir="$DATA" --device="$DEV" --compile="$c" \
-      --max_iters=4 --gradient_accumulation_steps=1 --batch_size=8 --log_interval=1 --eval_interval=1000000 \
-      --eval_iters=1 --profile_steps=3 --out_dir="$R/profile_$c" "${PROF[@]+"${PROF[@]}"}" >"$W/profile_$c.log" 2>&1
+    llama_run --compile="$c" --max_iters=4 --profile_steps=3 --out_dir="$R/profile_$c" >"$W/profile_$c.log" 2>&1
     rc=$?
     "$B/bin/llmtrain-report" --profile "$R/profile_$c/profile" >"$W/profile_${c}_report.txt" 2>&1
     for f in "$R/profile_$c"/profile/*.json; do [[ -f $f ]] && gzip -c "$f" >"$O/trace_compile_${c}.json.gz" && break; done
@@ -220,9 +226,7 @@ fi
 if stage docmask 70; then
   for dm in False True; do
     t=$(date +%s)
-    run1 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --data_dir="$DATA" --device="$DEV" --document_masking="$dm" \
-      --max_iters=5 --gradient_accumulation_steps=1 --log_interval=1 --eval_interval=1000000 --eval_iters=1 \
-      --out_dir="$R/docmask_$dm" "${PROF[@]+"${PROF[@]}"}" >"$W/docmask_$dm.log" 2>&1
+    llama_run --document_masking="$dm" --max_iters=5 --out_dir="$R/docmask_$dm" >"$W/docmask_$dm.log" 2>&1
     rc=$?
     keep_run "docmask_$dm"
     say "document_masking=$dm: rc $rc in $(($(date +%s) - t)) s | $(runlog "$W/docmask_$dm")"
