@@ -25,7 +25,8 @@
 #   LLMTRAIN_SRUN_MPI   srun --mpi plugin: pmix (pmi2 fails with Debian's Open MPI) [pmix]
 #   LLMTRAIN_MPIRUN_GRACE_S  mpirun: seconds between a SIGTERM reaching mpirun and the ranks being
 #                       told, and as long again until they are killed (Open MPI's
-#                       odls_base_sigkill_timeout, default 1 s: too short for a checkpoint) [30]
+#                       odls_base_sigkill_timeout, default 1 s: too short for a checkpoint;
+#                       Open MPI 4.1 only: 5's has no such setting, see below) [30]
 #   THREADS_PER_RANK    intra-op CPU threads per rank  [$SLURM_CPUS_PER_TASK, else llmtrain decides]
 #   NCCL_*              passed through; defaults below only where unset
 #
@@ -134,7 +135,24 @@ llmtrain_launcher() {
       # the ranks, signalled by Slurm directly, need that long to finish the
       # iteration and write the checkpoint (docs/guide.md, pre-emption).
       export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-${LLMTRAIN_MPIRUN_GRACE_S:-30}}
-      LAUNCHER=(mpirun -np "$NTASKS" --bind-to none) ;;
+      # Open MPI 5's mpirun (PRRTE's prterun) has no such grace: on SIGTERM it
+      # sends the ranks SIGCONT, SIGTERM 0.25 s later and SIGKILL 0.25 s after
+      # that (fixed in PRRTE's odls; SIGTERM is not among the signals it may
+      # forward), so no iteration ends and no checkpoint is written. mpirun is
+      # therefore started with SIGTERM *blocked*: its handler never runs, the
+      # ranks (launched with every signal unblocked, by 4.1 and 5 alike) take
+      # Slurm's SIGTERM themselves, and the job shell passes its own signal on
+      # as SIGUSR1, which both versions forward. `env --block-signal` is GNU
+      # coreutils >= 8.31; perl (Debian's perl-base, every RHEL) otherwise.
+      LLMTRAIN_MPIRUN_SHIELD=()
+      if env --block-signal=TERM true 2>/dev/null; then
+        LLMTRAIN_MPIRUN_SHIELD=(env --block-signal=TERM)
+      elif command -v perl >/dev/null; then
+        LLMTRAIN_MPIRUN_SHIELD=(perl -MPOSIX -e 'sigprocmask(SIG_BLOCK, POSIX::SigSet->new(SIGTERM)) or die "sigprocmask: $!\n"; exec {$ARGV[0]} @ARGV or die "exec $ARGV[0]: $!\n"')
+      else
+        llmtrain_log "warning: neither 'env --block-signal' nor perl: a SIGTERM that reaches mpirun itself ends the job without a checkpoint under Open MPI 5"
+      fi
+      LAUNCHER=("${LLMTRAIN_MPIRUN_SHIELD[@]}" mpirun -np "$NTASKS" --bind-to none) ;;
     *) llmtrain_die "LLMTRAIN_LAUNCHER='$LLMTRAIN_LAUNCHER': expected srun or mpirun" ;;
   esac
 }
