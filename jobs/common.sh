@@ -148,6 +148,7 @@ llmtrain_launcher() {
       if env --block-signal=TERM true 2>/dev/null; then
         LLMTRAIN_MPIRUN_SHIELD=(env --block-signal=TERM)
       elif command -v perl >/dev/null; then
+        # shellcheck disable=SC2016  # perl's variables, not the shell's
         LLMTRAIN_MPIRUN_SHIELD=(perl -MPOSIX -e 'sigprocmask(SIG_BLOCK, POSIX::SigSet->new(SIGTERM)) or die "sigprocmask: $!\n"; exec {$ARGV[0]} @ARGV or die "exec $ARGV[0]: $!\n"')
       else
         llmtrain_log "warning: neither 'env --block-signal' nor perl: a SIGTERM that reaches mpirun itself ends the job without a checkpoint under Open MPI 5"
