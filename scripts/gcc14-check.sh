@@ -12,10 +12,10 @@
 # build directory (LLMTRAIN_GCC14_BUILD_DIR, default build-gcc14) and ccache, whose
 # entries hold paths relative to the clone (CCACHE_BASEDIR), so a new clone or
 # build directory elsewhere hits them too.
-# Time (README, CI figures): 872 s with ccache empty, 142 s with it kept (a new
-# build directory, 15 of 26 compiles from ccache), at -j1 under nice -n 19 on the
-# shared 2-core VM (2026-11-27, load average 5-7 from other builds); making the
-# root once 241 s.
+# Time (README, CI figures): 348 s with ccache empty and a new build directory,
+# 8 s with both kept (nothing to build), at -j1 under nice -n 19 on the shared
+# 2-core VM (2026-11-28, load average 2); 142 s into a new build directory with
+# ccache kept (2026-11-27, load 5); making the root once 33-241 s.
 # Env: JOBS (default nproc).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
