@@ -57,6 +57,13 @@ void GraphStep::run() {
   runner_->run([this] { body_(buf_); }, /*uncaptured=*/false);
 }
 
+bool GraphStep::capture_due() const { return runner_ && runner_->capture_due(); }
+
+void GraphStep::capture() {
+  LLMTRAIN_CHECK(capture_due(), "GraphStep::capture: not due (plain mode, warm-up steps left, or captured already)");
+  runner_->capture([this] { body_(buf_); });
+}
+
 void GraphStep::run_uncaptured() {
   if (mode_ == Mode::plain) return body_(buf_);
   runner_->run([this] { body_(buf_); }, /*uncaptured=*/true);

@@ -59,8 +59,15 @@ class GraphStep {
   // buffers (a device copy on the current stream), and the learning rate.
   void set_batch(int64_t micro, const torch::Tensor& x, const torch::Tensor& y);
   void set_lr(double lr);
-  // One step: plain: body(); capture: a warm-up step, the capture and its
-  // first replay, or a replay.
+  // Capture mode, once the warm-up steps are done: the next run() replays a
+  // graph that capture() must make first. The trainer captures outside its
+  // timed phases: what the capture records (the collectives' timing events
+  // among them) never ran, and no phase may read it.
+  bool capture_due() const;
+  // Captures the body into the graph (nothing runs: the step's work is the
+  // replay that follows).
+  void capture();
+  // One step: plain: body(); capture: a warm-up step or a replay.
   void run();
   // One step that is never captured nor replayed (profile_steps: the trace
   // shows the step's ops), on the same buffers; it counts as a warm-up step
@@ -79,6 +86,8 @@ class GraphStep {
    public:
     virtual ~Runner() = default;
     virtual void run(const std::function<void()>& body, bool uncaptured) = 0;
+    virtual bool capture_due() const = 0;
+    virtual void capture(const std::function<void()>& body) = 0;
     virtual int64_t replays() const = 0;
   };
 

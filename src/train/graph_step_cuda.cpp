@@ -9,7 +9,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
 
-#include "llmtrain/core/error.hpp"  // defines: Error
+#include "llmtrain/core/error.hpp"  // defines: Error, LLMTRAIN_CHECK
 #include "train/graph_step.hpp"     // defines: GraphStep::Runner
 
 namespace llmtrain::detail {
@@ -37,35 +37,48 @@ class CudaGraphRunner final : public GraphStep::Runner {
         pool_(at::cuda::graph_pool_handle()) {}
 
   void run(const std::function<void()>& body, bool uncaptured) override {
+    LLMTRAIN_CHECK(uncaptured || captured_ || steps_ < warmup_,
+                   "GraphStep: the warm-up steps are done, but the step was not captured (capture() first)");
+    on_side_stream([&] {
+      if (uncaptured || !captured_)
+        body();  // a warm-up (or uncaptured) step: an ordinary step on the side stream
+      else
+        replay();
+    });
+    ++steps_;
+  }
+
+  bool capture_due() const override { return !captured_ && steps_ >= warmup_; }
+
+  void capture(const std::function<void()>& body) override {
+    on_side_stream([&] { capture_on_side(body); });
+  }
+
+  int64_t replays() const override { return replays_; }
+
+ private:
+  // `f` on the side stream, ordered after what the current (ambient) stream
+  // queued before (the batch copies, the learning rate's fill, the last
+  // step's reads) and before what it queues after (the slot's copy to its
+  // pending row, the next step's copies into the buffers this one read).
+  template <typename F>
+  void on_side_stream(F&& f) {
     c10::cuda::CUDAGuard guard(device_);
     const auto ambient = c10::cuda::getCurrentCUDAStream(device_);
-    // Fork: the side stream starts after what the ambient stream queued (the
-    // batch copies, the learning rate's fill, the last step's reads).
     at::cuda::CUDAEvent forked;
     forked.record(ambient);
     forked.block(side_);
     {
       c10::cuda::CUDAStreamGuard on_side(side_);
       AutocastCacheOff no_cache;
-      if (uncaptured || steps_ < warmup_)
-        body();  // a warm-up (or uncaptured) step: an ordinary step on the side stream
-      else if (!captured_)
-        capture_and_replay(body);
-      else
-        replay();
-      ++steps_;
+      f();
     }
-    // Join: the ambient stream goes on after the step (the slot's copy to its
-    // pending row, the next step's batch copies into the buffers it read).
     at::cuda::CUDAEvent joined;
     joined.record(side_);
     joined.block(ambient);
   }
 
-  int64_t replays() const override { return replays_; }
-
- private:
-  void capture_and_replay(const std::function<void()>& body) {
+  void capture_on_side(const std::function<void()>& body) {
     // Everything before the capture is done: the warm-up steps' frees are
     // back in the allocator, no kernel of theirs overlaps the capture.
     c10::cuda::device_synchronize();
@@ -88,8 +101,7 @@ class CudaGraphRunner final : public GraphStep::Runner {
                               why));
     }
     graph_.capture_end();
-    captured_ = true;
-    replay();  // the capture ran nothing: this step's work is its first replay
+    captured_ = true;  // the capture ran nothing: this step's work is the replay that follows
   }
 
   void replay() {

@@ -415,11 +415,18 @@ struct Trainer::Impl {
       }
       graph->set_lr(lr);
     }
+    const bool traced = profile_steps.contains(iter);
+    if (!traced && graph->capture_due()) {
+      // Once, outside the timed phases (what a capture records never runs:
+      // no phase may read its events); the replay below is the step.
+      rt.watchdog().activity(fmt::format("iteration {}: capturing the step in a CUDA graph", iter));
+      graph->capture();
+    }
     {
       auto t = metrics->phase(Phase::forward_backward,
                               fmt::format("iteration {}: the captured step (forward, backward, gradient all-reduce, "
                                           "clipping, AdamW)", iter));
-      if (profile_steps.contains(iter))
+      if (traced)
         graph->run_uncaptured();
       else
         graph->run();
