@@ -378,6 +378,8 @@ struct Trainer::Impl {
   // the clip coefficient stay on the device, and the step's figures are read
   // at the next log point (record_pending). float16's loss scaler and the
   // gradient_log_interval iterations take the host path (update_on_host).
+  // use_cuda_graphs=True: the same step on static buffers, captured once and
+  // replayed (graph_step); its gradient_log_interval iterations run eager_step.
   void train_step(int64_t iter) {
     begin_iteration(iter);                                    // watchdog, fault points, metrics window
     const double lr = schedule.at(iter);
