@@ -43,7 +43,8 @@
 #   gpu-tests  ctest -L gpu, except test_kernels_gpu (the kernels stage) and gpu_presets (the presets
 #              stage), last: in the foreground, after every timing, with what is left of the budget
 # GPU_CHECK_PRESETS (space-separated names, e.g. "full_llama_1.36b full_gpt2_1.36b") limits the
-# presets stage to those.
+# presets stage to those. GPU_CHECK_DEVICE_PROFILE=FILE: the device profile an earlier call's calibrate
+# stage measured on this kind of GPU, used instead of calibrating again.
 # OUT_DIR gets summary.txt (written as the stages end), logs.tar.gz (every log and run log),
 # device_profile.json (the calibration) and the profile stage's traces (trace_compile_*.json.gz).
 set -u
@@ -169,7 +170,18 @@ fi
 # First, on an idle GPU: this GPU's profile (GEMMs at the preset's shapes, attention at 4 lengths,
 # bandwidth, per-operator cost), so that every later run of this call predicts with it (PROF).
 PROF=()
-if stage calibrate 60; then
+if [[ -n "${GPU_CHECK_DEVICE_PROFILE:-}" ]]; then
+  # A profile this GPU's kind measured in an earlier call (scripts/gpu-session.sh: call A's, for
+  # call B): the 20 s of calibrating again spent on the runs instead.
+  if [[ -s $GPU_CHECK_DEVICE_PROFILE ]]; then
+    PROF=(--device_profile="$(readlink -f "$GPU_CHECK_DEVICE_PROFILE")")
+    mkdir -p "$W/calibrate" && cp "$GPU_CHECK_DEVICE_PROFILE" "$W/calibrate/device_profile.json"
+    say "calibrate: not run; every run predicts with GPU_CHECK_DEVICE_PROFILE=$GPU_CHECK_DEVICE_PROFILE"
+  else
+    say "calibrate: GPU_CHECK_DEVICE_PROFILE=$GPU_CHECK_DEVICE_PROFILE is not a file: calibrating"
+  fi
+fi
+if ((${#PROF[@]} == 0)) && stage calibrate 60; then
   t=$(date +%s)
   timeout 120 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --calibrate --device="$DEV" \
     --data_dir="$DATA" --out_dir="$W/calibrate" >"$W/calibrate.log" 2>&1

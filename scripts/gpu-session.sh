@@ -14,8 +14,11 @@
 #     .gpu and .gpu-kit are added to .git/info/exclude; the device tool carries them.
 # There, through the device tool, with carry [".gpu", ".gpu-kit"]:
 #   bash scripts/gpu-session.sh call A     # ~560 s: versions, facts, linkage, calibrate, kernels,
-#                                          # compare, graphs, docmask, gpu-tests
-#   bash scripts/gpu-session.sh call B     # ~210 s: calibrate, then every preset as shipped
+#                                          # profile (compile=True), compare, graphs, gpu-tests
+#   cp <A's files>/device_profile.json .gpu/  # A's calibration, so that B need not calibrate
+#   bash scripts/gpu-session.sh call B     # ~280 s: docmask, then every preset as shipped
+# Call B right after A, while the machine is still warm (it is released after 30 s idle): one
+# start (about 40 s) for both, 40 + 560 + 280 s of the 900.
 #   bash scripts/gpu-session.sh call all   # everything gpu-check.sh has, for a longer loan
 # Everything comes back under $OUT (summary.txt first). GPU_CHECK_BUDGET_S overrides a plan's
 # budget; keep it 50 s under the call's timeout (the machine's start is not counted in it).
@@ -53,8 +56,11 @@ prepare() {
 call() {
   local plan=${1:?usage: gpu-session.sh call A|B|all} budget skip
   case $plan in
-    A) budget=540; skip="profile suite refusal presets memory templates" ;;
-    B) budget=200; skip="linkage kernels profile compare graphs docmask suite refusal memory templates gpu-tests" ;;
+    A) budget=540; skip="docmask suite refusal presets memory templates"
+       export GPU_CHECK_PROFILE_COMPILE=${GPU_CHECK_PROFILE_COMPILE:-True} ;;
+    B) budget=270; skip="linkage kernels profile compare graphs suite refusal memory templates gpu-tests"
+       # Call A's calibration, when it came back and was carried in .gpu (else B calibrates).
+       [[ -s .gpu/device_profile.json ]] && export GPU_CHECK_DEVICE_PROFILE=${GPU_CHECK_DEVICE_PROFILE:-.gpu/device_profile.json} ;;
     all) budget=540; skip="" ;;
     *) echo "gpu-session: plan '$plan': expected A, B or all" >&2; exit 2 ;;
   esac
