@@ -364,10 +364,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   auto qkv = linear(c_attn, x);                                        // (B, T, (H + 2K) * D)
   if (fused_) {
     // One op: q and k normalized (Qwen3) and rotated, v moved, all three written
-    // contiguous as (B, h, T, D), the layout every attention path takes. The
-    // tables come in fp32 (TransformerImpl::rope_for does not cast them here).
+    // as (B, T, h, D) storage and handed out as (B, h, T, D) views: the layout
+    // SDPA's kernels take (plan_attention probes it). SDPA's output then comes
+    // in (B, T, H, D) storage, so the reshape below is a view: c_proj saves the
+    // tensor SDPA saves, not a copy of it (issue 46: (B, T, H*D) per block). The
+    // manual path groups heads by reshape: it takes contiguous (B, h, T, D).
+    // The tables come in fp32 (TransformerImpl::rope_for does not cast them here).
     auto r = kernels::rope_qk_norm(qkv, H, K, cos, sin, q_norm ? q_norm->weight : torch::Tensor(),
                                    k_norm ? k_norm->weight : torch::Tensor(), q_norm ? q_norm->eps() : 0.0);
+    if (plan_->backend == AttentionBackend::manual) {
+      r.q = r.q.contiguous();
+      r.k = r.k.contiguous();
+      r.v = r.v.contiguous();
+    }
     auto y = causal_attention(r.q, r.k, r.v, *plan_, mask, dropout_, is_training(), docs);  // (B, H, T, D)
     return linear(c_proj, y.transpose(1, 2).reshape({B, T, H * D}));
   }
