@@ -9,10 +9,15 @@
 //       --compile=True --trace=OUT.json
 //
 // The step is the trainer's (src/train/trainer.cpp): the loss under autocast,
-// backward outside it; gradients start as none (PyTorch's zero_grad(set_to_none
-// =True)), so both sides allocate them inside the traced region. A first
-// untraced forward + backward comes before (lazy one-time set-up is not the
-// model's). The ids are uniform below vocab_size, seeded.
+// backward outside it. --grads=none (default): gradients start as none
+// (PyTorch's zero_grad(set_to_none=True)), so both sides allocate them inside
+// the traced region. --grads=kept: they exist, zeroed, before the step and
+// backward accumulates into them, as into the trainer's gradient buckets
+// (distributed/grad_buckets.cpp), which hold every gradient from one step to
+// the next; their bytes are not in the trace and are printed as
+// `held_before_bytes N`. A first untraced forward + backward comes before
+// (lazy one-time set-up is not the model's). The ids are uniform below
+// vocab_size, seeded.
 #include <unistd.h>
 
 #include <cstring>
@@ -31,13 +36,19 @@
 #include "llmtrain/record/step_profiler.hpp"  // defines: StepProfiler (Kineto, memory events on)
 
 int main(int argc, char** argv) {
-  std::string trace;
-  std::vector<const char*> args;  // the llmtrain command line without --trace
+  std::string trace, grads = "none";
+  std::vector<const char*> args;  // the llmtrain command line without --trace and --grads
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--trace=", 8) == 0)
       trace = argv[i] + 8;
+    else if (std::strncmp(argv[i], "--grads=", 8) == 0)
+      grads = argv[i] + 8;
     else
       args.push_back(argv[i]);
+  }
+  if (grads != "none" && grads != "kept") {
+    std::cerr << "bench-saved-memory: --grads: expected none or kept, got '" << grads << "'\n";
+    return 2;
   }
   if (trace.empty()) {
     std::cerr << "bench-saved-memory: --trace=FILE expected (usage: PRESET [--key=value ...] --trace=FILE)\n";
@@ -59,8 +70,18 @@ int main(int argc, char** argv) {
     auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(c.seed) + 1);
     const auto idx = torch::randint(m.vocab_size, {B, T}, gen, torch::kLong);
     const auto targets = torch::randint(m.vocab_size, {B, T}, gen, torch::kLong);
+    int64_t held = 0;  // bytes of the gradients that exist before the traced step
     auto step = [&] {
-      for (auto& p : model->parameters()) p.mutable_grad().reset();
+      held = 0;
+      for (auto& p : model->parameters()) {
+        if (grads == "none") {
+          p.mutable_grad().reset();
+        } else {
+          if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+          p.mutable_grad().zero_();
+          held += static_cast<int64_t>(p.grad().nbytes());
+        }
+      }
       torch::Tensor loss;
       {
         RECORD_USER_SCOPE("memory::forward");  // the spans memory_per_block.py splits the trace by
@@ -81,6 +102,7 @@ int main(int argc, char** argv) {
       std::filesystem::copy_file(prof.path(), trace, std::filesystem::copy_options::overwrite_existing);
     }
     std::filesystem::remove_all(dir);
+    std::cout << "held_before_bytes " << held << "\n";
   } catch (const std::exception& e) {
     std::cerr << "bench-saved-memory: " << e.what() << "\n";
     return 1;

@@ -15,6 +15,10 @@ reads both traces: every allocation and free, in order, from which it replays
   peak  the most bytes live at once during the step (the gradients included),
 
 each at 4 and at 2 layers of the same shape: per block = (4 layers - 2) / 2.
+The rows +buckets run llmtrain's model as its trainer holds the gradients: in
+buckets that live from one step to the next (distributed/grad_buckets.cpp),
+zeroed, not freed; their bytes count in kept and peak from the start, where
+PyTorch's zero_grad(set_to_none=True) frees them until backward makes them.
 Where llmtrain and PyTorch differ, the kept bytes per block are listed by the
 op that allocated them (the outermost aten:: / llmtrain:: op around the
 allocation) and the allocation's size.
@@ -48,6 +52,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 FWD, BWD = "memory::forward", "memory::backward"
+# (row, compile, gradients): the models as the step above runs them, then llmtrain's as its trainer holds the
+# gradients (in buckets, from one step to the next: their bytes are added to kept and peak).
+IMPLS = (("llmtrain", "False", "none"), ("llmtrain_fused", "True", "none"), ("pytorch_eager", None, None),
+         ("llmtrain+buckets", "False", "kept"), ("llmtrain_fused+buckets", "True", "kept"))
 
 
 def parse_trace(path):
@@ -97,12 +105,16 @@ def parse_trace(path):
     return kept, peak, by, peak_at
 
 
-def run_llmtrain(a, layers, compile_, trace):
+def run_llmtrain(a, layers, compile_, grads, trace):
+    """Runs bench-saved-memory; returns the bytes of gradients held from before the step (0 with grads=none)."""
     cmd = [os.path.join(a.build, "bin", "bench-saved-memory"), a.preset] + [f"--{o}" for o in a.overrides] + [
-        f"--n_layer={layers}", f"--compile={compile_}", f"--num_threads={a.threads}", f"--trace={trace}"]
+        f"--n_layer={layers}", f"--compile={compile_}", f"--num_threads={a.threads}", f"--grads={grads}",
+        f"--trace={trace}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"memory_per_block: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    held = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("held_before_bytes ")]
+    return held[0] if held else 0
 
 
 def run_pytorch(a, layers, trace):
@@ -170,14 +182,16 @@ def main():
     res = {}
     with tempfile.TemporaryDirectory(prefix="memory_per_block_") as work:
         for layers in (4, 2):
-            for impl, compile_ in (("llmtrain", "False"), ("llmtrain_fused", "True"), ("pytorch_eager", None)):
+            for impl, compile_, grads in IMPLS:
                 trace = os.path.join(work, f"{impl}_{layers}.json")
+                held = 0
                 if compile_ is None:
                     run_pytorch(a, layers, trace)
                 else:
-                    run_llmtrain(a, layers, compile_, trace)
-                res[(impl, layers)] = parse_trace(trace)
-    impls = ("llmtrain", "llmtrain_fused", "pytorch_eager")
+                    held = run_llmtrain(a, layers, compile_, grads, trace)
+                kept, peak, by, at = parse_trace(trace)
+                res[(impl, layers)] = (kept + held, peak + held, by, at)
+    impls = [i[0] for i in IMPLS]
     rows = {}
     for impl in impls:
         (k4, p4, b4, at4), (k2, p2, b2, _) = res[(impl, 4)], res[(impl, 2)]
@@ -191,12 +205,12 @@ def main():
     ref = rows["pytorch_eager"]
     print(f"memory kept for backward and peak, CPU, {os.path.relpath(a.preset, ROOT)} {' '.join(a.overrides)} "
           f"(bytes; per block = (4 layers - 2) / 2)")
-    print(f"{'impl':<15} {'kept, 4 L':>12} {'kept, 2 L':>12} {'kept/block':>12} {'peak, 4 L':>12} {'peak, 2 L':>12} "
-          f"{'peak/block':>12} {'kept/block vs eager':>20}")
+    print(f"{'impl':<23} {'kept, 4 L':>12} {'kept, 2 L':>12} {'kept/block':>12} {'peak, 4 L':>12} {'peak, 2 L':>12} "
+          f"{'peak/block':>12} {'kept/block vs eager':>20} {'peak, 4 L vs eager':>19}")
     for impl in impls:
         r = rows[impl]
-        print(f"{impl:<15} {r['kept4']:>12,} {r['kept2']:>12,} {r['kept_block']:>12,.0f} {r['peak4']:>12,} "
-              f"{r['peak2']:>12,} {r['peak_block']:>12,.0f} {r['kept_block'] / ref['kept_block']:>20.4f}")
+        print(f"{impl:<23} {r['kept4']:>12,} {r['kept2']:>12,} {r['kept_block']:>12,.0f} {r['peak4']:>12,} "
+              f"{r['peak2']:>12,} {r['peak_block']:>12,.0f} {r['kept_block'] / ref['kept_block']:>20.4f} {r['peak4'] / ref['peak4']:>19.4f}")
     print("where the peak is (4 layers): " + "; ".join(f"{i} {rows[i]['peak_at']}" for i in impls))
     print("\nkept per block by the op that allocated it (op: count x bytes), where the two differ:")
     for impl in ("llmtrain", "llmtrain_fused"):
