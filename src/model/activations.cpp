@@ -77,11 +77,11 @@ double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int6
     per_token += (qkv_kept ? (H + 2 * K) * D * e : K * D * e) + (rope || m.qk_norm ? (H + K) * D * e : 0.0) +
                  H * D * e + H * 4.0;
   }
-  // MLP: SwiGLU keeps c_fc's (B, T, 2F) output (silu reads the gate as a view
-  // of it), silu(gate) and the product c_proj reads; GELU its input and output.
-  // compile=True: kernels::swiglu keeps only c_fc's output (it recomputes
-  // silu in backward), c_proj its input: 3F. GELU the same 2F either way.
-  per_token += (m.ffn == FfnKind::swiglu ? (m.fused_kernels ? 3 * F : 4 * F) : 2 * F) * e;
+  // MLP: SwiGLU keeps c_fc's (B, T, 2F) output and c_proj its input, the
+  // product: 3F. Both paths make silu(gate) again in backward instead of
+  // saving it (compile=False: model/layers.cpp SwigluRecompute; compile=True:
+  // kernels::swiglu). GELU its input and output: 2F.
+  per_token += (m.ffn == FfnKind::swiglu ? 3 * F : 2 * F) * e;
   return tokens * per_token;
 }
 
