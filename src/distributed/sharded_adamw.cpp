@@ -114,7 +114,13 @@ void ShardedAdamW::step_on_device(const torch::Tensor& lr_tensor, double lr, con
   AdamWStepArgs a;
   a.step = step_;
   a.lr = lr;
-  if (lr_tensor.defined()) a.lr_tensor = lr_tensor.to(step_.options()).reshape({});
+  // On CUDA the kernel reads the learning rate as fp32 device memory; the CPU
+  // kernel reads it with item() into a double, so a double tensor there keeps
+  // the host's double (the captured step's CPU twin: train/graph_step.hpp).
+  if (lr_tensor.defined())
+    a.lr_tensor = (lr_tensor.is_cpu() && lr_tensor.scalar_type() == torch::kDouble ? lr_tensor
+                                                                                    : lr_tensor.to(step_.options()))
+                      .reshape({});
   // The divisor in double, then fp32: the host step's (float)(1.0 / (grad_scale
   // / world)) to the bit. Without clipping on one rank it is 1, and x / 1 = x.
   // The gradients hold sums over ranks: 1/world folded in here.

@@ -61,8 +61,9 @@ std::string doing(const RankState& s) {
 }  // namespace
 
 std::string watchdog_verdict(const std::vector<RankState>& ranks, int observer, double limit_s, double grace_s,
-                             const std::string& limit_source) {
+                             const std::string& limit_source, double stale_s) {
   std::vector<const RankState*> silent, stuck, elsewhere, finished;
+  bool stale = false;  // a peer gone quiet, not yet silent past the limit
   for (const auto& s : ranks) {
     const bool self = s.rank == observer;
     // Another rank judges only rank 0 (rank 0 judges everyone) and, later, itself.
@@ -74,12 +75,15 @@ std::string watchdog_verdict(const std::vector<RankState>& ranks, int observer, 
     const double stuck_after = self && observer != 0 ? limit_s + grace_s : limit_s;
     if (!self && s.silent_s > limit_s)
       silent.push_back(&s);
+    else if (!self && s.heard && s.silent_s > stale_s)
+      stale = true;
     else if (!s.activity.empty() && s.activity_s > stuck_after)
       stuck.push_back(&s);
     else
       elsewhere.push_back(&s);
   }
   if (silent.empty() && stuck.empty()) return "";
+  if (silent.empty() && stale) return "";  // it is named by its silence, or heard from again, within limit_s
 
   // Who the stuck ranks wait for: the silent ones; else those doing something
   // else (or already finished); else nobody can tell.
@@ -363,7 +367,9 @@ struct Watchdog::Impl {
       // Without heartbeats (world of 1, or no MPI_THREAD_MULTIPLE) nobody else
       // judges this rank: no grace.
       const double grace = mt ? 2 * heartbeat_s + 0.25 * limit.first : 0.0;
-      const std::string v = watchdog_verdict(states(now), rank, limit.first, grace, limit.second);
+      // A peer is stale after three heartbeat intervals without one, poll included.
+      const double stale_s = 3 * heartbeat_s + poll_s;
+      const std::string v = watchdog_verdict(states(now), rank, limit.first, grace, limit.second, stale_s);
       if (!v.empty()) fire(v);
     }
     if (mt) goodbye();

@@ -66,15 +66,13 @@ std::optional<PredictionCheck> predict_run(const Config& cfg, const ModelConfig&
     // by every rank together just before the first step. A CPU run without
     // device_profile: its step's rates only, briefly (CalibrationScope::step).
     //
-    // The watchdog: a rank's heartbeat carries its activity and how long it
-    // has been at it, and rank 0 judges a peer stuck once that age plus the
-    // time since the heartbeat passes the limit. A calibration seconds long
-    // sent as an activity made the last heartbeat of a rank stopped just
-    // after it look stuck before it looked silent, and the verdict named the
-    // rank that waited (e2e_stalled_rank, 2026-11-27). So the calibration is
-    // idle to the heartbeats, and each rank bounds its own calibration with a
-    // check instead: past twice the limit (a stopped or dead peer is named by
-    // its silence first, at the limit) the job ends naming this rank.
+    // The watchdog: the calibration's length is the machine's (seconds on a
+    // CPU, up to a minute on a GPU), not the run's, while collective_timeout_s
+    // is set for the run's steps (10 s in the Slurm tests). So the calibration
+    // is idle to the heartbeats and each rank bounds it with a check of its
+    // own: past twice the limit the job ends naming this rank. (A peer stopped
+    // during it is still named by its silence at the limit: the watchdog judges
+    // a peer gone quiet by its silence, not by its last activity.)
     const std::string what = asked ? "device_profile=calibrate" : "a CPU run without device_profile";
     rt.watchdog().idle();
     const auto started = std::chrono::steady_clock::now();

@@ -53,6 +53,30 @@ TEST(WatchdogVerdict, AStoppedRankDidNotArrive) {
   EXPECT_TRUE(has(m, "MPI_Abort")) << m;
 }
 
+// kill -STOP of rank 1 under load (e2e_stalled_rank, Clang, 2026-11-27): the
+// last heartbeat to reach rank 0 is an old one, whose activity aged by the
+// silence passes the limit before the silence does. Judged by that activity,
+// rank 1 looked stuck and rank 0, still under the limit, was named as the one
+// that did not arrive. A peer quiet for over stale_s is judged by its silence.
+TEST(WatchdogVerdict, AQuietRankIsJudgedBySilenceNotByItsLastActivity) {
+  std::vector<RankState> v = {state(0, 3, "iteration 3: gradient reduction", 19.4),
+                              state(1, 0, "iteration 0: forward/backward", 20.1, 14.0)};
+  // Without the stale rule: the old verdict, naming the waiting rank.
+  EXPECT_TRUE(has(watchdog_verdict(v, 0, 20.0, 5.0, "x"), "rank(s) 0 did not arrive"));
+  // With it: no verdict while rank 1 is quiet but not yet silent past the limit ...
+  EXPECT_EQ(watchdog_verdict(v, 0, 20.0, 5.0, "x", 6.5), "");
+  v[0].activity_s = 25.0;  // ... even with rank 0 past the limit, waiting for it,
+  EXPECT_EQ(watchdog_verdict(v, 0, 20.0, 5.0, "x", 6.5), "");
+  v[1].silent_s = 20.5;  // ... and then rank 1 is named by its silence.
+  const std::string m = watchdog_verdict(v, 0, 20.0, 5.0, "x", 6.5);
+  EXPECT_TRUE(has(m, "rank(s) 1 did not arrive")) << m;
+  EXPECT_TRUE(has(m, "rank 1 did not arrive: no heartbeat for 20.5 s")) << m;
+  EXPECT_TRUE(has(m, "rank 0 is waiting")) << m;
+  // A peer heard from lately is still judged by its activity: stuck is stuck.
+  v = {state(0, 3, "iteration 3: gradient reduction", 25.0), state(1, 3, "iteration 3: checkpoint", 30.0, 1.0)};
+  EXPECT_TRUE(has(watchdog_verdict(v, 0, 20.0, 5.0, "x", 6.5), "rank(s) 0, 1 stuck"));
+}
+
 // Every heartbeat arrives, but one rank is still computing while the others
 // wait in a collective past the limit: it is the one that did not arrive.
 TEST(WatchdogVerdict, ARankElsewhereDidNotArrive) {

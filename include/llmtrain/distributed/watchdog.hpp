@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,9 +57,16 @@ struct RankState {
 // 0). A rank not heard from for more than `limit_s` did not arrive; a rank in one
 // activity for more than `limit_s` is stuck. A rank other than 0 judges only rank
 // 0's silence, and its own stall once `limit_s + grace_s` is over (rank 0 should
-// have ended the job by then). Pure, for tests.
+// have ended the job by then). A peer not heard from for more than `stale_s`
+// (a few heartbeat intervals) is judged by its silence alone: its last report's
+// activity, aged by the silence, says nothing of a process that is stopped, and
+// taking it for "stuck" named the rank that waited for it (e2e_stalled_rank,
+// 2026-11-27). While such a peer is neither heard again nor silent past
+// `limit_s`, there is no verdict yet (at most `limit_s` later it is named).
+// Pure, for tests.
 std::string watchdog_verdict(const std::vector<RankState>& ranks, int observer, double limit_s, double grace_s,
-                             const std::string& limit_source);
+                             const std::string& limit_source,
+                             double stale_s = std::numeric_limits<double>::infinity());
 
 class Watchdog {
  public:
