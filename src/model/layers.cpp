@@ -108,16 +108,50 @@ std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t T, int64_t D, double
   return {angle.cos().to(torch::kFloat32).unsqueeze(1), angle.sin().to(torch::kFloat32).unsqueeze(1)};
 }
 
+namespace {
+
+// RoPE as one autograd node of ATen ops (compile=False): each half written in
+// place by a multiply and a fused multiply-add, 4 passes over half the row in
+// each direction. Composed from x1*c - x2*s, x2*c + x1*s and a cat, it took 7
+// kernels forward (9 row-widths of traffic) and autograd's backward as many
+// again, and the H100 trace of 2026-11-27 had these muls among its largest
+// element-wise costs. RoPE is a rotation: its backward is the rotation by -angle,
+// so it saves nothing but the (T, 1, D/2) tables.
+//   forward:  y1 = x1 c - x2 s,   y2 = x2 c + x1 s
+//   backward: dx1 = dy1 c + dy2 s, dx2 = dy2 c - dy1 s
+class RopeRotate : public torch::autograd::Function<RopeRotate> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& c,
+                               const torch::Tensor& s) {
+    ctx->save_for_backward({c, s});
+    return rotate(x, c, s, 1.0);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return {rotate(grads[0], saved[0], saved[1], -1.0), torch::Tensor(), torch::Tensor()};
+  }
+
+  // x rotated by +angle (sign 1) or -angle (sign -1): (B, T, h, D) contiguous.
+  static torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& c, const torch::Tensor& s, double sign) {
+    const int64_t half = x.size(-1) / 2;
+    const auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+    auto y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    auto y1 = y.narrow(-1, 0, half), y2 = y.narrow(-1, half, half);
+    at::mul_out(y1, x1, c).addcmul_(x2, s, -sign);  // x1 c -+ x2 s
+    at::mul_out(y2, x2, c).addcmul_(x1, s, sign);   // x2 c +- x1 s
+    return y;
+  }
+};
+
+}  // namespace
+
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  // chunk, not narrow: its backward writes the two halves' gradients into one
-  // buffer (a cat), where each narrow's zero-fills a whole buffer and adds.
-  auto halves = x.chunk(2, -1);
-  const auto &x1 = halves[0], &x2 = halves[1];  // (B, T, h, D/2)
   // The tables come cast once per forward (TransformerImpl::rope_for); a cast
   // here is for other callers.
   auto c = cos.scalar_type() == x.scalar_type() ? cos : cos.to(x.scalar_type());
   auto s = sin.scalar_type() == x.scalar_type() ? sin : sin.to(x.scalar_type());
-  return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+  return RopeRotate::apply(x, c, s);  // (B, T, h, D)
 }
 
 // ---- attention backends ----------------------------------------------------------
