@@ -11,11 +11,15 @@
 // The step is the trainer's (src/train/trainer.cpp): the loss under autocast,
 // backward outside it. --grads=none (default): gradients start as none
 // (PyTorch's zero_grad(set_to_none=True)), so both sides allocate them inside
-// the traced region. --grads=kept: they exist, zeroed, before the step and
-// backward accumulates into them, as into the trainer's gradient buckets
-// (distributed/grad_buckets.cpp), which hold every gradient from one step to
-// the next; their bytes are not in the trace and are printed as
-// `held_before_bytes N`. A first untraced forward + backward comes before
+// the traced region. --grads=buckets: as the trainer holds them (DDP on one
+// rank, distributed/grad_buckets.cpp): the backward goes through the
+// strategy, whose buckets are made as their first gradients arrive and
+// dropped after the optimizer step (the untraced first step's), so they too
+// are allocated inside the traced region (finish_gradients() included).
+// --grads=kept: they exist, zeroed, before the step and backward accumulates
+// into them, as into persistent buckets (use_cuda_graphs=True), which hold
+// every gradient from one step to the next; their bytes are not in the trace
+// and are printed as `held_before_bytes N`. A first untraced forward + backward comes before
 // (lazy one-time set-up is not the model's). The ids are uniform below
 // vocab_size, seeded.
 #include <unistd.h>
@@ -30,6 +34,9 @@
 #include <torch/torch.h>
 
 #include "llmtrain/core/config.hpp"           // defines: parse_command_line, Config
+#include "llmtrain/distributed/collectives.hpp"  // defines: make_collectives (--grads=buckets)
+#include "llmtrain/distributed/runtime.hpp"      // defines: Runtime (MPI, one rank)
+#include "llmtrain/distributed/strategy.hpp"     // defines: make_strategy (--grads=buckets: DDP's buckets)
 #include "llmtrain/model/model_config.hpp"    // defines: ModelConfig::from_config
 #include "llmtrain/model/precision.hpp"       // defines: AutocastGuard, compute_dtype
 #include "llmtrain/model/transformer.hpp"     // defines: Transformer
@@ -46,8 +53,8 @@ int main(int argc, char** argv) {
     else
       args.push_back(argv[i]);
   }
-  if (grads != "none" && grads != "kept") {
-    std::cerr << "bench-saved-memory: --grads: expected none or kept, got '" << grads << "'\n";
+  if (grads != "none" && grads != "kept" && grads != "buckets") {
+    std::cerr << "bench-saved-memory: --grads: expected none, kept or buckets, got '" << grads << "'\n";
     return 2;
   }
   if (trace.empty()) {
@@ -55,6 +62,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    int rt_argc = 1;
+    char** rt_argv = argv;
+    llmtrain::Runtime rt(rt_argc, rt_argv);  // --grads=buckets: a Collectives of one rank
     const auto cl = llmtrain::parse_command_line(static_cast<int>(args.size()), args.data());
     const auto& c = cl.config;
     if (c.num_threads > 0) torch::set_num_threads(static_cast<int>(c.num_threads));
@@ -70,10 +80,17 @@ int main(int argc, char** argv) {
     auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(c.seed) + 1);
     const auto idx = torch::randint(m.vocab_size, {B, T}, gen, torch::kLong);
     const auto targets = torch::randint(m.vocab_size, {B, T}, gen, torch::kLong);
+    std::unique_ptr<llmtrain::Collectives> comm;
+    std::unique_ptr<llmtrain::Strategy> strategy;
+    if (grads == "buckets") {
+      comm = llmtrain::make_collectives(rt, cpu);
+      strategy = llmtrain::make_strategy(llmtrain::StrategyOptions::from_config(c), model, *comm);
+    }
     int64_t held = 0;  // bytes of the gradients that exist before the traced step
     auto step = [&] {
       held = 0;
       for (auto& p : model->parameters()) {
+        if (grads == "buckets") break;  // the strategy's last step dropped them
         if (grads == "none") {
           p.mutable_grad().reset();
         } else {
@@ -89,9 +106,15 @@ int main(int argc, char** argv) {
         loss = model->loss(idx, targets);
       }
       RECORD_USER_SCOPE("memory::backward");
-      loss.backward();
+      if (strategy) {
+        strategy->backward(loss, /*last_micro=*/true);
+        strategy->finish_gradients();
+      } else {
+        loss.backward();
+      }
     };
     step();
+    if (strategy) strategy->step(0.0, 1.0);  // learning rate 0: the weights stay; the buckets are dropped
     const auto dir = std::filesystem::temp_directory_path() / ("bench-saved-memory-" + std::to_string(::getpid()));
     {
       llmtrain::StepProfiler prof("1", 0, dir.string(), cpu);

@@ -15,10 +15,13 @@ reads both traces: every allocation and free, in order, from which it replays
   peak  the most bytes live at once during the step (the gradients included),
 
 each at 4 and at 2 layers of the same shape: per block = (4 layers - 2) / 2.
-The rows +buckets run llmtrain's model as its trainer holds the gradients: in
-buckets that live from one step to the next (distributed/grad_buckets.cpp),
-zeroed, not freed; their bytes count in kept and peak from the start, where
-PyTorch's zero_grad(set_to_none=True) frees them until backward makes them.
+The rows +buckets run llmtrain's model as its trainer holds the gradients (DDP
+on one rank, distributed/grad_buckets.cpp): buckets made during backward as
+their first gradients arrive and dropped after the optimizer step, as
+PyTorch's zero_grad(set_to_none=True) leaves them to backward; finish() is in
+the traced backward. The rows +persistent hold them as use_cuda_graphs=True's
+persistent buckets do, from one step to the next, zeroed, not freed: their
+bytes count in kept and peak from the start.
 Where llmtrain and PyTorch differ, the kept bytes per block are listed by the
 op that allocated them (the outermost aten:: / llmtrain:: op around the
 allocation) and the allocation's size.
@@ -53,9 +56,11 @@ sys.path.insert(0, HERE)
 
 FWD, BWD = "memory::forward", "memory::backward"
 # (row, compile, gradients): the models as the step above runs them, then llmtrain's as its trainer holds the
-# gradients (in buckets, from one step to the next: their bytes are added to kept and peak).
+# gradients (buckets made during backward), then as persistent buckets hold them (use_cuda_graphs=True: from one
+# step to the next, their bytes added to kept and peak).
 IMPLS = (("llmtrain", "False", "none"), ("llmtrain_fused", "True", "none"), ("pytorch_eager", None, None),
-         ("llmtrain+buckets", "False", "kept"), ("llmtrain_fused+buckets", "True", "kept"))
+         ("llmtrain+buckets", "False", "buckets"), ("llmtrain_fused+buckets", "True", "buckets"),
+         ("llmtrain+persistent", "False", "kept"), ("llmtrain_fused+persistent", "True", "kept"))
 
 
 def parse_trace(path):
@@ -205,11 +210,11 @@ def main():
     ref = rows["pytorch_eager"]
     print(f"memory kept for backward and peak, CPU, {os.path.relpath(a.preset, ROOT)} {' '.join(a.overrides)} "
           f"(bytes; per block = (4 layers - 2) / 2)")
-    print(f"{'impl':<23} {'kept, 4 L':>12} {'kept, 2 L':>12} {'kept/block':>12} {'peak, 4 L':>12} {'peak, 2 L':>12} "
+    print(f"{'impl':<26} {'kept, 4 L':>12} {'kept, 2 L':>12} {'kept/block':>12} {'peak, 4 L':>12} {'peak, 2 L':>12} "
           f"{'peak/block':>12} {'kept/block vs eager':>20} {'peak, 4 L vs eager':>19}")
     for impl in impls:
         r = rows[impl]
-        print(f"{impl:<23} {r['kept4']:>12,} {r['kept2']:>12,} {r['kept_block']:>12,.0f} {r['peak4']:>12,} "
+        print(f"{impl:<26} {r['kept4']:>12,} {r['kept2']:>12,} {r['kept_block']:>12,.0f} {r['peak4']:>12,} "
               f"{r['peak2']:>12,} {r['peak_block']:>12,.0f} {r['kept_block'] / ref['kept_block']:>20.4f} {r['peak4'] / ref['peak4']:>19.4f}")
     print("where the peak is (4 layers): " + "; ".join(f"{i} {rows[i]['peak_at']}" for i in impls))
     print("\nkept per block by the op that allocated it (op: count x bytes), where the two differ:")
