@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "llmtrain/kernels/kernels.hpp"  // defines: the ops, Impl
+#include "model/layers.hpp"              // defines: model_detail::apply_rope (compile=False's RoPE)
 
 namespace {
 
@@ -123,6 +124,34 @@ Step make_rope(const Shape& s, torch::Device dev, torch::ScalarType dt, std::opt
   };
 }
 
+// compile=False's RoPE of q and k (model/layers.cpp apply_rope, one autograd
+// node: a multiply and a fused multiply-add per half, each way) against the
+// composition it replaced (x1*c - x2*s, x2*c + x1*s, cat: 7 kernels forward and
+// autograd's backward), both on (B, T, h, D) views of c_attn's output, as the
+// model passes them. `impl` set: apply_rope; unset: the composition.
+Step make_rope_model(const Shape& s, torch::Device dev, torch::ScalarType dt, std::optional<Impl> impl) {
+  const int64_t T = 2048, B = s.rows / T, NH = s.H + 2 * s.K, half = s.D / 2;
+  auto qkv = leaf({B, T, NH * s.D}, dev, dt);
+  auto angle = torch::arange(T, torch::kDouble).unsqueeze(1) *
+               torch::pow(10000.0, -2.0 * torch::arange(half, torch::kDouble) / static_cast<double>(s.D));
+  auto c = angle.cos().to(dev, dt).unsqueeze(1), sn = angle.sin().to(dev, dt).unsqueeze(1);  // cast once per forward
+  auto gq = torch::randn({B, T, s.H, s.D}, qkv.options().requires_grad(false));
+  auto gk = torch::randn({B, T, s.K, s.D}, gq.options());
+  const bool rotate = impl.has_value();
+  return [=]() mutable {
+    auto rot = [&](const torch::Tensor& x) {
+      if (rotate) return llmtrain::model_detail::apply_rope(x, c, sn);
+      auto halves = x.chunk(2, -1);
+      return torch::cat({halves[0] * c - halves[1] * sn, halves[1] * c + halves[0] * sn}, -1);
+    };
+    auto parts = qkv.split_with_sizes({s.H * s.D, s.K * s.D, s.K * s.D}, -1);
+    auto q = rot(parts[0].view({B, T, s.H, s.D}));
+    auto kk = rot(parts[1].view({B, T, s.K, s.D}));
+    torch::autograd::backward({q, kk}, {gq, gk});
+    zero_grads({&qkv});
+  };
+}
+
 Step make_swiglu(const Shape& s, torch::Device dev, torch::ScalarType dt, std::optional<Impl> impl) {
   auto h = leaf({s.rows, 2 * s.F}, dev, dt);
   auto gy = torch::randn({s.rows, s.F}, h.options().requires_grad(false));
@@ -180,6 +209,19 @@ KERNEL_BENCH(add_rmsnorm, make_add_rmsnorm);
 KERNEL_BENCH(add_layernorm, make_add_layernorm);
 KERNEL_BENCH(rope, make_rope);
 KERNEL_BENCH(swiglu, make_swiglu);
+// compile=False's RoPE: *_rotate = apply_rope today, *_composed = before 2026-11-28.
+BENCHMARK_CAPTURE(run, cpu_rope_model_rotate_bf16, make_rope_model, false, Impl::twin, torch::kBFloat16)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run, cpu_rope_model_composed_bf16, make_rope_model, false, std::nullopt, torch::kBFloat16)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run, cpu_rope_model_rotate_fp32, make_rope_model, false, Impl::twin, torch::kFloat)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run, cpu_rope_model_composed_fp32, make_rope_model, false, std::nullopt, torch::kFloat)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(run, gpu_rope_model_rotate_bf16, make_rope_model, true, Impl::cuda, torch::kBFloat16)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(run, gpu_rope_model_composed_bf16, make_rope_model, true, std::nullopt, torch::kBFloat16)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 KERNEL_BENCH(gelu_tanh, make_gelu);
 KERNEL_BENCH(lm_head_cross_entropy, make_xent);
 

@@ -24,6 +24,9 @@
 #              llmtrain-report --profile's kernel time by category; the traces come back gzipped
 #   compare    benchmarks/compare_pytorch.sh --device cuda: llmtrain against PyTorch eager and
 #              torch.compile on the LLaMA-2 1.36B preset
+#   graphs     LLaMA-2 1.36B, compile=True, 10 iterations with use_cuda_graphs=False and True (3
+#              warm-up steps, then replays of the captured step): step time, tokens/s, peak memory
+#              and the replay count of each (issue 47: the captured step, not yet measured)
 #   docmask    LLaMA-2 1.36B for 5 iterations with document_masking off and on (FlashAttention's
 #              variable-length kernel): tokens/s of each
 #   suite      the CPU suite (ctest -LE "slurm|gpu", GPU_CHECK_CTEST_J jobs) in the background, with
@@ -40,7 +43,8 @@
 #   gpu-tests  ctest -L gpu, except test_kernels_gpu (the kernels stage) and gpu_presets (the presets
 #              stage), last: in the foreground, after every timing, with what is left of the budget
 # GPU_CHECK_PRESETS (space-separated names, e.g. "full_llama_1.36b full_gpt2_1.36b") limits the
-# presets stage to those.
+# presets stage to those. GPU_CHECK_DEVICE_PROFILE=FILE: the device profile an earlier call's calibrate
+# stage measured on this kind of GPU, used instead of calibrating again.
 # OUT_DIR gets summary.txt (written as the stages end), logs.tar.gz (every log and run log),
 # device_profile.json (the calibration) and the profile stage's traces (trace_compile_*.json.gz).
 set -u
@@ -166,7 +170,18 @@ fi
 # First, on an idle GPU: this GPU's profile (GEMMs at the preset's shapes, attention at 4 lengths,
 # bandwidth, per-operator cost), so that every later run of this call predicts with it (PROF).
 PROF=()
-if stage calibrate 60; then
+if [[ -n "${GPU_CHECK_DEVICE_PROFILE:-}" ]]; then
+  # A profile this GPU's kind measured in an earlier call (scripts/gpu-session.sh: call A's, for
+  # call B): the 20 s of calibrating again spent on the runs instead.
+  if [[ -s $GPU_CHECK_DEVICE_PROFILE ]]; then
+    PROF=(--device_profile="$(readlink -f "$GPU_CHECK_DEVICE_PROFILE")")
+    mkdir -p "$W/calibrate" && cp "$GPU_CHECK_DEVICE_PROFILE" "$W/calibrate/device_profile.json"
+    say "calibrate: not run; every run predicts with GPU_CHECK_DEVICE_PROFILE=$GPU_CHECK_DEVICE_PROFILE"
+  else
+    say "calibrate: GPU_CHECK_DEVICE_PROFILE=$GPU_CHECK_DEVICE_PROFILE is not a file: calibrating"
+  fi
+fi
+if ((${#PROF[@]} == 0)) && stage calibrate 60; then
   t=$(date +%s)
   timeout 120 "$B/bin/llmtrain" "$SRC/inputs/full_llama_1.36b.cfg" --calibrate --device="$DEV" \
     --data_dir="$DATA" --out_dir="$W/calibrate" >"$W/calibrate.log" 2>&1
@@ -219,6 +234,21 @@ if stage compare 150; then
   say "compare: rc $?"
   sed -n '/^llmtrain vs PyTorch/,$p' "$W/compare.log" | tee -a "$S"
   [[ -s $W/compare.json ]] || tail -8 "$W/compare.log" | sed 's/^/    /' | tee -a "$S"
+fi
+
+# The whole step captured in one CUDA graph (issue 47), against the same run uncaptured: the
+# replayed steps' time is the last iterations' (the first 3 are warm-ups, the 4th the capture).
+if stage graphs 90; then
+  for g in False True; do
+    ((  $(left) > 40 )) || { say "SKIPPED graphs use_cuda_graphs=$g: budget"; continue; }
+    t=$(date +%s)
+    llama_run --compile=True --use_cuda_graphs="$g" --max_iters=10 --out_dir="$R/graphs_$g" >"$W/graphs_$g.log" 2>&1
+    rc=$?
+    keep_run "graphs_$g"
+    say "use_cuda_graphs=$g: rc $rc in $(($(date +%s) - t)) s | $(runlog "$W/graphs_$g")"
+    grep -m2 -E "cuda graphs:|could not be captured" "$W/graphs_$g.log" | cut -c1-220 | sed 's/^/    /' | tee -a "$S"
+    "$PY" -c 'import glob,json,sys; l=sorted(glob.glob(sys.argv[1]+"/run_*.json")); s=json.load(open(l[-1]))["summary"] if l else {}; print("    replays:", s.get("cuda_graph_replays", "n/a"))' "$W/graphs_$g" | tee -a "$S"
+  done
 fi
 
 # Document masking at flash speed (issue 47): the same LLaMA-2 1.36B run with and without it;

@@ -10,8 +10,8 @@ namespace llmtrain {
 
 GradBuckets::GradBuckets(const std::vector<torch::Tensor>& params, const std::vector<bool>& decay,
                          double bucket_bytes, Collectives& comm, Reduce reduce, bool flatten_params,
-                         Precision precision)
-    : comm_(comm), reduce_(reduce) {
+                         Precision precision, bool persistent)
+    : comm_(comm), reduce_(reduce), persistent_(persistent) {
   const int64_t grad_size = c10::elementSize(precision.grad);
   const int64_t pad_to = reduce == Reduce::reduce_scatter ? comm.world_size() : 1;
   std::vector<BucketParam> sizes;
@@ -34,12 +34,15 @@ GradBuckets::GradBuckets(const std::vector<torch::Tensor>& params, const std::ve
   const auto device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
   torch::NoGradGuard no_grad;
   for (auto& b : buckets_) {
-    const auto grad_opts = torch::TensorOptions().dtype(b.grad_dtype).device(device);
-    b.grad = torch::zeros({b.numel}, grad_opts);
-    if (reduce_ == Reduce::reduce_scatter) b.grad_shard = torch::zeros({b.numel / pad_to}, grad_opts);
+    if (persistent_) {
+      const auto grad_opts = torch::TensorOptions().dtype(b.grad_dtype).device(device);
+      b.grad = torch::zeros({b.numel}, grad_opts);
+      if (reduce_ == Reduce::reduce_scatter) b.grad_shard = torch::zeros({b.numel / pad_to}, grad_opts);
+    }
     if (flatten_params) flatten(b, precision.param, device);
   }
-  point_grads_at_buckets();
+  if (persistent_) point_grads_at_buckets();
+  got_.assign(slots_.size(), 0);
   for (size_t i = 0; i < slots_.size(); ++i) {
     const int si = static_cast<int>(i);
     hook_ids_.push_back(
@@ -80,50 +83,61 @@ void GradBuckets::point_grads_at_buckets() {
     s.param.mutable_grad() = buckets_[s.bucket].grad.narrow(0, s.offset, s.numel).view(s.param.sizes());
 }
 
+void GradBuckets::make_grad(Bucket& b) {
+  if (b.grad.defined()) return;
+  const auto& p = slots_[b.slots.front()].param;
+  b.grad = torch::empty({b.numel}, torch::TensorOptions().dtype(b.grad_dtype).device(p.device()));
+  // The padding tail (numel rounded up to the world size) is reduced with the
+  // bucket and enters the norm: zero. The slots are written by their hooks
+  // (or zeroed by finish()).
+  const auto& last = slots_[b.slots.back()];
+  const int64_t end = last.offset + last.numel;
+  if (end < b.numel) b.grad.narrow(0, end, b.numel - end).zero_();
+}
+
 void GradBuckets::backward(const torch::Tensor& loss, bool last_micro) {
   in_last_ = last_micro;
-  if (!last_micro && stale_) {
-    // autograd accumulates into the .grad views of the buckets: they start at 0.
-    torch::NoGradGuard no_grad;
-    for (auto& b : buckets_) b.grad.zero_();
-    stale_ = false;
+  if (!in_step_) {
+    got_.assign(slots_.size(), 0);
+    in_step_ = true;
   }
+  // Autograd's own accumulation never touches the buckets: .grad is undefined
+  // until each hook hands autograd its bucket view to store (no second copy),
+  // and the hooks copy or add (a collective may be reducing a bucket in the
+  // last micro-step).
+  for (auto& s : slots_) s.param.mutable_grad() = torch::Tensor();
   if (last_micro) {
-    // The hooks write the bucket; autograd's own accumulation must not add into
-    // a buffer a collective may be reducing: .grad is undefined until each
-    // hook hands autograd its bucket view to store (no second copy).
-    for (auto& s : slots_) s.param.mutable_grad() = torch::Tensor();
     for (auto& b : buckets_) {
       b.pending = static_cast<int>(b.slots.size());
       b.launched = false;
     }
-    arrived_.assign(slots_.size(), 0);
     next_launch_ = 0;
   }
   loss.backward();
-  if (!last_micro) accumulated_ = true;
 }
 
 torch::Tensor GradBuckets::on_grad(int si, const torch::Tensor& g) {
-  if (!in_last_) return {};
   auto& s = slots_[si];
   auto& b = buckets_[s.bucket];
   torch::NoGradGuard no_grad;
+  make_grad(b);
   auto slot = b.grad.narrow(0, s.offset, s.numel);
-  // Without earlier micro-steps the slot is overwritten (what the last step
-  // left there needs no zeroing).
-  if (accumulated_)
+  // The first gradient of the step overwrites the slot (what the last step
+  // left there, or torch::empty's bytes, needs no zeroing); later micro-steps add.
+  if (got_[si])
     slot.add_(g.reshape({-1}));
   else
     slot.copy_(g.reshape({-1}));
-  arrived_[si] = 1;
-  if (--b.pending == 0) launch_ready();
-  // Open MPI progresses nonblocking collectives only inside MPI calls: poll the
-  // ones in flight from the backward that runs alongside them. NCCL needs no
-  // polling (and each test() would be a cudaEventQuery).
-  if (!b.grad.is_cuda())
-    for (size_t i = 0; i < next_launch_; ++i)
-      if (buckets_[i].work) buckets_[i].work->test();
+  got_[si] = 1;
+  if (in_last_) {
+    if (--b.pending == 0) launch_ready();
+    // Open MPI progresses nonblocking collectives only inside MPI calls: poll the
+    // ones in flight from the backward that runs alongside them. NCCL needs no
+    // polling (and each test() would be a cudaEventQuery).
+    if (!b.grad.is_cuda())
+      for (size_t i = 0; i < next_launch_; ++i)
+        if (buckets_[i].work) buckets_[i].work->test();
+  }
   // The bucket view replaces autograd's gradient: AccumulateGrad stores it as
   // .grad (it steals a tensor nobody else holds) and autograd's own gradient is
   // freed now, not kept as a second copy until finish(). A hook may not change
@@ -138,10 +152,13 @@ void GradBuckets::launch_ready() {
 
 void GradBuckets::launch(Bucket& b) {
   b.launched = true;
-  if (reduce_ == Reduce::allreduce)
+  if (reduce_ == Reduce::allreduce) {
     b.work = comm_.allreduce_sum_async(b.grad);
-  else
+  } else {
+    // The reduce-scatter writes the shard whole: made here, not zeroed.
+    if (!b.grad_shard.defined()) b.grad_shard = torch::empty({b.numel / comm_.world_size()}, b.grad.options());
     b.work = comm_.reduce_scatter_sum_async(b.grad, b.grad_shard);
+  }
 }
 
 void GradBuckets::finish() {
@@ -150,13 +167,12 @@ void GradBuckets::finish() {
   // parameters) start now, still in index order.
   torch::NoGradGuard no_grad;
   while (next_launch_ < buckets_.size()) {
-    // Slots that received no gradient hold what earlier micro-steps left (their
-    // true sum); without earlier micro-steps, what the last step left: zeroed
-    // here, the only slots zero() did not leave to the hooks to overwrite.
+    // Slots that received a gradient in no micro-step of this step (unused
+    // parameters) hold what the last step left, or nothing yet: zeroed here.
     auto& b = buckets_[next_launch_++];
-    if (!accumulated_)
-      for (int si : b.slots)
-        if (!arrived_[si]) b.grad.narrow(0, slots_[si].offset, slots_[si].numel).zero_();
+    make_grad(b);
+    for (int si : b.slots)
+      if (!got_[si]) b.grad.narrow(0, slots_[si].offset, slots_[si].numel).zero_();
     launch(b);
   }
   for (auto& b : buckets_) {
@@ -168,16 +184,20 @@ void GradBuckets::finish() {
   // over every gradient here.
   point_grads_at_buckets();
   in_last_ = false;
-  stale_ = false;
 }
 
 void GradBuckets::zero() {
-  // No pass over the buckets here: the last micro-step's hooks overwrite every
-  // slot that gets a gradient (finish() zeroes the others), and a micro-step
-  // before the last zeroes them first (backward), since autograd accumulates.
-  // grad_shard is the reduce-scatter's output, written whole.
-  stale_ = true;
-  accumulated_ = false;
+  // No pass over the buckets here: the next step's first gradient of each slot
+  // overwrites it, and finish() zeroes the slots that get none.
+  in_step_ = false;
+  if (persistent_) return;
+  // The gradients are done with: nothing of them lives through the next
+  // forward (the params' .grad views would keep the buffers alive).
+  for (auto& s : slots_) s.param.mutable_grad() = torch::Tensor();
+  for (auto& b : buckets_) {
+    b.grad = torch::Tensor();
+    b.grad_shard = torch::Tensor();
+  }
 }
 
 }  // namespace llmtrain

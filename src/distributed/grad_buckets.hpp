@@ -12,23 +12,34 @@
 // (world size for reduce-scatter, so rank r owns [r*n/W, (r+1)*n/W); with
 // allreduce every rank owns the whole bucket).
 //
-// Gradient flow:
-//   micro-steps before the last: each param's .grad is a view into its bucket,
-//     autograd accumulates in place, no hook does anything, nothing is sent.
-//   last micro-step: .grad is detached first; a hook (Tensor::register_hook, a
-//     pre-hook of the param's AccumulateGrad: it sees the incoming gradient
-//     before accumulation) copies that gradient into the bucket slot (adds, after
-//     earlier micro-steps) and hands autograd the slot's view in its place, which
-//     AccumulateGrad stores as .grad (16-bit gradients into fp32 buckets: autograd
-//     keeps its own until finish()). When every slot of a bucket has arrived, the
-//     bucket's collective starts (buckets start strictly in index order, so every
-//     rank issues the same sequence).
-//   finish(): zeroes the slots that got no gradient (unused parameters) and
-//     starts their buckets, waits (the Collectives time the waits), points
-//     .grad back at the bucket views. They hold the sum over ranks: the
-//     optimizer folds 1/world into its gradient scale (no division pass).
-//   zero() launches nothing: the next micro-step overwrites (last) or zeroes
-//     first (before the last).
+// Gradient flow (every micro-step goes through the hooks):
+//   before each backward every param's .grad is undefined. A hook
+//   (Tensor::register_hook, a pre-hook of the param's AccumulateGrad: it sees
+//   the incoming gradient before accumulation) copies that gradient into the
+//   bucket slot on its first arrival in the step and adds it after (earlier
+//   micro-steps), and hands autograd the slot's view in its place, which
+//   AccumulateGrad stores as .grad (16-bit gradients into fp32 buckets:
+//   autograd keeps its own until the next backward or finish()). In the last
+//   micro-step, when every slot of a bucket has arrived, the bucket's
+//   collective starts (buckets start strictly in index order, so every rank
+//   issues the same sequence); nothing is sent before it.
+//   finish(): zeroes the slots that got no gradient anywhere in the step
+//     (unused parameters) and starts their buckets, waits (the Collectives
+//     time the waits), points .grad back at the bucket views. They hold the
+//     sum over ranks: the optimizer folds 1/world into its gradient scale (no
+//     division pass).
+//   zero() (after the optimizer step, or a skipped one) launches nothing.
+//
+// Memory (issue 46; docs/memory.md): by default the buckets live from the
+// first gradient of the step to zero(). A bucket's buffer (and ZeRO-1's
+// grad_shard) is made (torch::empty) when its first gradient arrives
+// (grad_shard: when its reduce-scatter starts), its padding tail zeroed then
+// (it is reduced and enters the norm); zero() drops them and the params'
+// .grad, so the forward and the start of the backward (all activations
+// alive) hold no gradient memory, as PyTorch eager with
+// zero_grad(set_to_none=True). `persistent` (use_cuda_graphs=True: the
+// captured step needs fixed addresses) makes them once, zeroed, and keeps
+// them: the same values to the bit.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -57,8 +68,8 @@ class GradBuckets {
     torch::ScalarType grad_dtype = torch::kFloat;  // the gradients' and the collectives'
     torch::Tensor master_init;  // (numel,) fp32: the values before param_dtype rounded them (flattened, 16-bit)
     int64_t numel = 0;        // padded
-    torch::Tensor grad;       // (numel,) the local sum, then (allreduce) the sum over ranks
-    torch::Tensor grad_shard; // (numel / world,) reduce_scatter: this rank's shard of the sum over ranks
+    torch::Tensor grad;       // (numel,) the local sum, then (allreduce) the sum over ranks; undefined between steps unless persistent
+    torch::Tensor grad_shard; // (numel / world,) reduce_scatter: this rank's shard of the sum over ranks (idem)
     torch::Tensor param;      // (numel,) when params are flattened
     std::vector<int> slots;
     int pending = 0;
@@ -73,8 +84,10 @@ class GradBuckets {
   // `flatten_params`: the parameters' storage moves into bucket.param (values
   // kept, in precision.param), so an all-gather into bucket.param updates the
   // model.
+  // `persistent`: the gradient buffers are made once and kept (fixed
+  // addresses); otherwise they live from a step's first gradient to zero().
   GradBuckets(const std::vector<torch::Tensor>& params, const std::vector<bool>& decay, double bucket_bytes,
-              Collectives& comm, Reduce reduce, bool flatten_params, Precision precision);
+              Collectives& comm, Reduce reduce, bool flatten_params, Precision precision, bool persistent);
   // Drops the buckets' master_init (once the optimizer has taken it).
   void release_master_init();
   ~GradBuckets();
@@ -85,7 +98,10 @@ class GradBuckets {
   // Waits for the reductions; afterwards this rank's shard of every bucket
   // holds the sum over ranks (ShardedAdamW folds in 1/world).
   void finish();
+  // The step's gradients are done with (after the optimizer step or a skipped
+  // one): not persistent, the buffers and the params' .grad are dropped.
   void zero();
+  bool persistent() const { return persistent_; }
 
   std::vector<Bucket>& buckets() { return buckets_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -103,6 +119,8 @@ class GradBuckets {
 
  private:
   void flatten(Bucket& b, torch::ScalarType param_dtype, torch::Device device);
+  // Makes b.grad (not persistent: at the first gradient of a step), its padding tail zeroed.
+  void make_grad(Bucket& b);
   // The slot's view to store as .grad in place of `grad`, or undefined (keep it).
   torch::Tensor on_grad(int slot, const torch::Tensor& grad);
   void launch_ready();
@@ -114,10 +132,10 @@ class GradBuckets {
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   std::vector<unsigned> hook_ids_;
+  bool persistent_ = false;
   bool in_last_ = false;
-  bool accumulated_ = false;  // a micro-step since zero() left gradients in the buckets
-  bool stale_ = false;        // zero() was called: the buckets hold the last step's gradients
-  std::vector<char> arrived_; // per slot: its gradient arrived in this last micro-step
+  bool in_step_ = false;      // a backward since zero(): got_ is this step's
+  std::vector<char> got_;     // per slot: a gradient arrived in some micro-step of this step
   size_t next_launch_ = 0;
 };
 

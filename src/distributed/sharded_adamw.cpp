@@ -40,7 +40,7 @@ void broadcast_params(const std::vector<torch::Tensor>& params, Collectives& com
 size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vector<ShardRange> ranges,
                                torch::Tensor master_init) {
   torch::NoGradGuard no_grad;
-  LLMTRAIN_CHECK(param.dim() == 1 && grad.dim() == 1 && param.numel() == grad.numel(),
+  LLMTRAIN_CHECK(param.dim() == 1 && (!grad.defined() || (grad.dim() == 1 && param.numel() == grad.numel())),
                  "sharded AdamW: shard of {} parameters with {} gradient elements", param.numel(), grad.numel());
   Shard s;
   const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(param.device());
@@ -59,6 +59,14 @@ size_t ShardedAdamW::add_shard(torch::Tensor param, torch::Tensor grad, std::vec
   if (!step_.defined()) step_ = torch::zeros({}, fp32);
   shards_.push_back(std::move(s));
   return shards_.size() - 1;
+}
+
+void ShardedAdamW::set_shard_grad(size_t i, torch::Tensor grad) {
+  auto& s = shards_.at(i);
+  LLMTRAIN_CHECK(!grad.defined() || (grad.dim() == 1 && grad.numel() == s.param.numel()),
+                 "sharded AdamW: shard {} of {} parameters given {} gradient elements", i, s.param.numel(),
+                 grad.defined() ? grad.numel() : 0);
+  s.grad = std::move(grad);
 }
 
 torch::Tensor ShardedAdamW::grad_sq() {
@@ -114,7 +122,13 @@ void ShardedAdamW::step_on_device(const torch::Tensor& lr_tensor, double lr, con
   AdamWStepArgs a;
   a.step = step_;
   a.lr = lr;
-  if (lr_tensor.defined()) a.lr_tensor = lr_tensor.to(step_.options()).reshape({});
+  // On CUDA the kernel reads the learning rate as fp32 device memory; the CPU
+  // kernel reads it with item() into a double, so a double tensor there keeps
+  // the host's double (the captured step's CPU twin: train/graph_step.hpp).
+  if (lr_tensor.defined())
+    a.lr_tensor = (lr_tensor.is_cpu() && lr_tensor.scalar_type() == torch::kDouble ? lr_tensor
+                                                                                    : lr_tensor.to(step_.options()))
+                      .reshape({});
   // The divisor in double, then fp32: the host step's (float)(1.0 / (grad_scale
   // / world)) to the bit. Without clipping on one rank it is 1, and x / 1 = x.
   // The gradients hold sums over ranks: 1/world folded in here.

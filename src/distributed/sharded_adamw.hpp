@@ -66,7 +66,7 @@ class ShardedAdamW {
 
   // One shard: `param` (n,) this rank's parameters (a view into a flat buffer,
   // or a tensor of its own), `grad` (n,) its gradient summed over the ranks (any float
-  // dtype; the update reads it in fp32). Where `param` is below fp32 the shard
+  // dtype; the update reads it in fp32), or undefined until set_shard_grad. Where `param` is below fp32 the shard
   // keeps an fp32 master copy: `master_init` (n,) fp32 when given (the values
   // before they were rounded to param's dtype), else param's values.
   // Returns the shard's index.
@@ -102,6 +102,11 @@ class ShardedAdamW {
             const std::function<void(size_t)>& after_shard);
 
   torch::Tensor param_shard(size_t i) const { return shards_.at(i).param; }
+  // Shard i's gradient from now on: GradBuckets makes its buffers during each
+  // backward and drops them after the step (undefined then), so DDP and ZeRO-1
+  // hand the optimizer the step's gradient after finish() and take it back
+  // after the step. `grad` (n,) as in add_shard, or undefined.
+  void set_shard_grad(size_t i, torch::Tensor grad);
   // Steps taken: read from the device's step count (a host wait on a GPU;
   // checkpoints ask).
   int64_t steps() const;

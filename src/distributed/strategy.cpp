@@ -32,6 +32,7 @@ StrategyOptions StrategyOptions::from_config(const Config& c) {
   o.fsdp_prefetch = c.fsdp_prefetch;
   o.param_dtype = c.param_dtype == ParamDtype::bfloat16 ? torch::kBFloat16 : torch::kFloat;
   o.reduce_dtype = c.reduce_dtype == ReduceDtype::bfloat16 ? torch::kBFloat16 : torch::kFloat;
+  o.persistent_grads = c.use_cuda_graphs;  // the captured step needs fixed addresses
   o.adamw.beta1 = c.beta1;
   o.adamw.beta2 = c.beta2;
   o.adamw.weight_decay = c.weight_decay;
@@ -56,6 +57,16 @@ void add_bucket_shards(GradBuckets& buckets, ShardedAdamW& adam) {
   buckets.release_master_init();
 }
 
+// The optimizer's view of the buckets' gradients: after finish() the step's
+// buffers, after zero() undefined (not persistent: the buffers are dropped,
+// and the optimizer must not keep them alive through the next forward).
+void share_bucket_grads(GradBuckets& buckets, ShardedAdamW& adam) {
+  const auto& bs = buckets.buckets();
+  for (size_t i = 0; i < bs.size(); ++i) adam.set_shard_grad(i, buckets.shard_grad(bs[i]));
+}
+
+int64_t held_bytes(const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
 GradBuckets::Precision bucket_precision(const StrategyOptions& o) { return {o.param_dtype, o.reduce_dtype}; }
 
 // ---- plain data parallel ---------------------------------------------------------
@@ -71,31 +82,35 @@ class DdpStrategy final : public Strategy {
       : params_(g.params),
         // Rank 0's values reach every rank before the buckets copy them.
         buckets_((broadcast_params(g.params, comm), g.params), decay_flags(g), o.bucket_bytes, comm,
-                 GradBuckets::Reduce::allreduce, /*flatten_params=*/true, bucket_precision(o)),
+                 GradBuckets::Reduce::allreduce, /*flatten_params=*/true, bucket_precision(o),
+                 o.persistent_grads),
         adam_(o.adamw, comm, ShardedAdamW::Sharding::replicated) {
     add_bucket_shards(buckets_, adam_);
   }
 
   std::string name() const override { return "ddp"; }
   void backward(const torch::Tensor& loss, bool last_micro) override { buckets_.backward(loss, last_micro); }
-  void finish_gradients() override { buckets_.finish(); }
+  void finish_gradients() override {
+    buckets_.finish();
+    share_bucket_grads(buckets_, adam_);
+  }
   double grad_norm() override { return adam_.grad_norm(); }  // no traffic: the gradients are the same everywhere
 
   // The clip coefficient goes into the fused kernel, which scales the
   // gradients as it reads them.
   void step(double lr, double clip_coef) override {
     adam_.step(lr, clip_coef, /*after_shard=*/nullptr);
-    buckets_.zero();
+    zero();
   }
-  void skip_step() override { buckets_.zero(); }
+  void skip_step() override { zero(); }
   torch::Tensor grad_norm_tensor() override { return adam_.grad_norm_tensor(); }
   void step(const torch::Tensor& lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
     adam_.step(lr, grad_scale, found_inf, /*after_shard=*/nullptr);
-    buckets_.zero();
+    zero();
   }
   void step(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
     adam_.step(lr, grad_scale, found_inf, /*after_shard=*/nullptr);
-    buckets_.zero();
+    zero();
   }
 
   // Every rank holds the same state: rank 0 saves all of it, every rank loads all of it.
@@ -107,13 +122,18 @@ class DdpStrategy final : public Strategy {
   int64_t optimizer_state_bytes() const override { return adam_.state_bytes(); }
   int64_t persistent_state_bytes() const override {
     int64_t b = adam_.state_bytes();
-    for (const auto& bk : buckets_.buckets()) b += bk.param.nbytes() + bk.grad.nbytes();
+    for (const auto& bk : buckets_.buckets()) b += bk.param.nbytes() + held_bytes(bk.grad);  // gradients: persistent only
     for (const auto& p : params_)
       if (!p.requires_grad()) b += p.nbytes();  // not in a bucket
     return b;
   }
 
  private:
+  void zero() {
+    buckets_.zero();
+    share_bucket_grads(buckets_, adam_);
+  }
+
   std::vector<torch::Tensor> params_;
   GradBuckets buckets_;
   ShardedAdamW adam_;
@@ -131,14 +151,18 @@ class Zero1Strategy final : public Strategy {
   Zero1Strategy(const StrategyOptions& o, const ParamGroups& g, Collectives& comm)
       : comm_(comm),
         buckets_((broadcast_params(g.params, comm), g.params), decay_flags(g), o.bucket_bytes, comm,
-                 GradBuckets::Reduce::reduce_scatter, /*flatten_params=*/true, bucket_precision(o)),
+                 GradBuckets::Reduce::reduce_scatter, /*flatten_params=*/true, bucket_precision(o),
+                 o.persistent_grads),
         adam_(o.adamw, comm) {
     add_bucket_shards(buckets_, adam_);
   }
 
   std::string name() const override { return "zero1"; }
   void backward(const torch::Tensor& loss, bool last_micro) override { buckets_.backward(loss, last_micro); }
-  void finish_gradients() override { buckets_.finish(); }
+  void finish_gradients() override {
+    buckets_.finish();
+    share_bucket_grads(buckets_, adam_);
+  }
   double grad_norm() override { return adam_.grad_norm(); }
 
   // One fused AdamW call per weight-decay group updates every shard, then
@@ -147,7 +171,7 @@ class Zero1Strategy final : public Strategy {
   void step(double lr, double clip_coef) override {
     step_and_gather([&](const std::function<void(size_t)>& after) { adam_.step(lr, clip_coef, after); });
   }
-  void skip_step() override { buckets_.zero(); }
+  void skip_step() override { zero(); }
   torch::Tensor grad_norm_tensor() override { return adam_.grad_norm_tensor(); }
   // A skipped step (found_inf = 1) gathers the unchanged shards: the same
   // collectives on every rank either way, and no host read to choose.
@@ -174,7 +198,11 @@ class Zero1Strategy final : public Strategy {
       gathers.push_back(comm_.all_gather_async(shard, bs[i].param));  // in place: the shard sits in the bucket
     });
     for (auto& w : gathers) w->wait();
+    zero();
+  }
+  void zero() {
     buckets_.zero();
+    share_bucket_grads(buckets_, adam_);
   }
 
   std::vector<StateSlice> save_slices(StateTensor what) override { return adam_.save_slices(what); }
@@ -194,7 +222,7 @@ class Zero1Strategy final : public Strategy {
   int64_t persistent_state_bytes() const override {
     int64_t b = adam_.state_bytes();
     for (auto& bk : buckets_.buckets())
-      b += bk.param.nbytes() + bk.grad.nbytes() + bk.grad_shard.nbytes();
+      b += bk.param.nbytes() + held_bytes(bk.grad) + held_bytes(bk.grad_shard);  // gradients: persistent only
     return b;
   }
 

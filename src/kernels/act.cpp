@@ -22,6 +22,33 @@ std::vector<int64_t> with_last(const torch::Tensor& t, int64_t last) {
   return s;
 }
 
+// The SwiGLU twin over rows of h (rows, 2F) in T (float or BFloat16): each
+// element read as fp32, computed in fp32 (act_math.hpp) and rounded once to T
+// where it is written, as the CUDA kernel does; no fp32 copy of h, dy or dh
+// (those made the CPU's backward peak 4 x (rows, 2F) fp32 above the GPU's).
+template <typename T>
+void twin_swiglu_fwd(const T* hp, T* yp, int64_t rows, int64_t F) {
+  at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < F; ++c)
+        yp[r * F + c] = static_cast<T>(
+            math::swiglu_fwd(static_cast<float>(hp[r * 2 * F + c]), static_cast<float>(hp[r * 2 * F + F + c])));
+  });
+}
+template <typename T>
+void twin_swiglu_bwd(const T* hp, const T* dp, T* op, int64_t rows, int64_t F) {
+  at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < F; ++c) {
+        float dg = 0.0f, du = 0.0f;
+        math::swiglu_bwd(static_cast<float>(hp[r * 2 * F + c]), static_cast<float>(hp[r * 2 * F + F + c]),
+                         static_cast<float>(dp[r * F + c]), dg, du);
+        op[r * 2 * F + c] = static_cast<T>(dg);
+        op[r * 2 * F + F + c] = static_cast<T>(du);
+      }
+  });
+}
+
 struct SwigluFn : public torch::autograd::Function<SwigluFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h_in, int64_t impl_i) {
     const auto h = h_in.contiguous();
@@ -31,15 +58,11 @@ struct SwigluFn : public torch::autograd::Function<SwigluFn> {
       y = torch::empty(with_last(h, F), h.options());
       cuda::swiglu_fwd(detail::dt(h.scalar_type()), h.data_ptr(), y.data_ptr(), rows, F, detail::stream());
     } else {
-      const auto hf = f32(h);
-      auto yf = torch::empty(with_last(h, F), hf.options());
-      const float* hp = hf.data_ptr<float>();
-      float* yp = yf.data_ptr<float>();
-      at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = 0; c < F; ++c) yp[r * F + c] = math::swiglu_fwd(hp[r * 2 * F + c], hp[r * 2 * F + F + c]);
-      });
-      y = yf.to(h.scalar_type());
+      y = torch::empty(with_last(h, F), h.options());
+      if (h.scalar_type() == torch::kFloat)
+        twin_swiglu_fwd(h.data_ptr<float>(), y.data_ptr<float>(), rows, F);
+      else
+        twin_swiglu_fwd(h.data_ptr<c10::BFloat16>(), y.data_ptr<c10::BFloat16>(), rows, F);
       detail::maybe_corrupt(Op::swiglu, y);
     }
     ctx->save_for_backward({h});  // the GEMM output only: silu(gate) is recomputed in backward
@@ -58,17 +81,13 @@ struct SwigluFn : public torch::autograd::Function<SwigluFn> {
       cuda::swiglu_bwd(detail::dt(h.scalar_type()), h.data_ptr(), dy.data_ptr(), dh.data_ptr(), rows, F,
                        detail::stream());
     } else {
-      const auto hf = f32(h), dyf = f32(grads[0]);
-      auto dhf = torch::empty_like(hf);
-      const float *hp = hf.data_ptr<float>(), *dp = dyf.data_ptr<float>();
-      float* op = dhf.data_ptr<float>();
-      at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = 0; c < F; ++c)
-            math::swiglu_bwd(hp[r * 2 * F + c], hp[r * 2 * F + F + c], dp[r * F + c], op[r * 2 * F + c],
-                             op[r * 2 * F + F + c]);
-      });
-      dh = dhf.to(h.scalar_type());
+      const auto dy = grads[0].to(h.scalar_type()).contiguous();
+      dh = torch::empty_like(h);
+      if (h.scalar_type() == torch::kFloat)
+        twin_swiglu_bwd(h.data_ptr<float>(), dy.data_ptr<float>(), dh.data_ptr<float>(), rows, F);
+      else
+        twin_swiglu_bwd(h.data_ptr<c10::BFloat16>(), dy.data_ptr<c10::BFloat16>(), dh.data_ptr<c10::BFloat16>(),
+                        rows, F);
     }
     return {dh, torch::Tensor()};
   }

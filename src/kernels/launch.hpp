@@ -38,13 +38,13 @@ constexpr int64_t kRopeMaxHeadDim = 256;
 constexpr int64_t kRopeBwdWarps = 4096;
 inline int64_t rope_bwd_warps(int64_t items) { return items < kRopeBwdWarps ? ((items + 7) / 8) * 8 : kRopeBwdWarps; }
 
-// qkv (B, T, (H+2K) D) -> q (B, H, T, D), k, v (B, K, T, D), all in dt; cos/sin
+// qkv (B, T, (H+2K) D) -> q (B, T, H, D), k, v (B, T, K, D), all in dt; cos/sin
 // (T or B*T, D/2) fp32 (cos_bstride 0 or T*D/2 between batch rows; null: no RoPE);
 // qw, kw (D) fp32 or null.
 void rope_fwd(DT dt, const void* qkv, const float* cos, const float* sin, int64_t cos_bstride, const float* qw,
               const float* kw, void* q, void* k, void* v, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
               float eps, Stream s);
-// dq, dk, dv (null: zero) -> dqkv (B, T, (H+2K) D); w_part (rope_bwd_warps(B*T*(H+2K)), 2, D)
+// dq (B, T, H, D), dk, dv (B, T, K, D) (null: zero) -> dqkv (B, T, (H+2K) D); w_part (rope_bwd_warps(B*T*(H+2K)), 2, D)
 // fp32 q_norm/k_norm weight-gradient partials (null without QK-norm).
 void rope_bwd(DT dt, const void* qkv, const void* dq, const void* dk, const void* dv, const float* cos,
               const float* sin, int64_t cos_bstride, const float* qw, const float* kw, void* dqkv, float* w_part,

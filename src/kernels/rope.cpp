@@ -1,4 +1,5 @@
-// RoPE + QK-norm from the qkv GEMM's output into attention's layout: the op,
+// RoPE + QK-norm from the qkv GEMM's output into attention's layout ((B, T, h, D)
+// storage, returned as (B, h, T, D) views: what SDPA's kernels read): the op,
 // its CPU twin and its ATen reference. The CUDA kernels are in rope.cu; the
 // per-element math (rope_math.hpp, norm_math.hpp) is what both compile.
 #include <ATen/Parallel.h>
@@ -24,17 +25,17 @@ struct Geom {
 };
 
 
-// The row of the (B, h, T, D) output a (token, head) item goes to, and which
+// The row of the (B, T, h, D) output a (token, head) item goes to, and which
 // tensor: 0 q, 1 k, 2 v.
 struct Dest {
   int which;
   int64_t row;
 };
 Dest dest(const Geom& g, int64_t it) {
-  const int64_t head = it % g.NH(), tok = it / g.NH(), t = tok % g.T, b = tok / g.T;
-  if (head < g.H) return {0, (b * g.H + head) * g.T + t};
-  if (head < g.H + g.K) return {1, (b * g.K + head - g.H) * g.T + t};
-  return {2, (b * g.K + head - g.H - g.K) * g.T + t};
+  const int64_t head = it % g.NH(), tok = it / g.NH();
+  if (head < g.H) return {0, tok * g.H + head};
+  if (head < g.H + g.K) return {1, tok * g.K + head - g.H};
+  return {2, tok * g.K + head - g.H - g.K};
 }
 
 // ---- CPU twin (fp32 buffers) ----
@@ -129,17 +130,18 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
     const auto qw = q_norm_w.defined() ? f32(q_norm_w) : torch::Tensor();
     const auto kw = k_norm_w.defined() ? f32(k_norm_w) : torch::Tensor();
     torch::Tensor q, k, v;
+    // (B, T, h, D) storage, handed out as (B, h, T, D) views (the transposes below).
     if (impl == Impl::cuda) {
-      q = torch::empty({B, H, T, D}, x.options());
-      k = torch::empty({B, K, T, D}, x.options());
-      v = torch::empty({B, K, T, D}, x.options());
+      q = torch::empty({B, T, H, D}, x.options());
+      k = torch::empty({B, T, K, D}, x.options());
+      v = torch::empty({B, T, K, D}, x.options());
       cuda::rope_fwd(detail::dt(x.scalar_type()), x.data_ptr(), ptr_or_null(c), ptr_or_null(s), cbs, ptr_or_null(qw),
                      ptr_or_null(kw), q.data_ptr(), k.data_ptr(), v.data_ptr(), B, T, H, K, D,
                      static_cast<float>(eps), detail::stream());
     } else {
       const auto fopt = x.options().dtype(torch::kFloat);
-      auto qf = torch::empty({B, H, T, D}, fopt), kf = torch::empty({B, K, T, D}, fopt),
-           vf = torch::empty({B, K, T, D}, fopt);
+      auto qf = torch::empty({B, T, H, D}, fopt), kf = torch::empty({B, T, K, D}, fopt),
+           vf = torch::empty({B, T, K, D}, fopt);
       float* outs[3] = {qf.data_ptr<float>(), kf.data_ptr<float>(), vf.data_ptr<float>()};
       const auto xf = f32(x);
       twin_fwd(g, xf.data_ptr<float>(), ptr_or_null(c), ptr_or_null(s), cbs, ptr_or_null(qw), ptr_or_null(kw), outs,
@@ -162,7 +164,7 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
     ctx->saved_data["K"] = K;
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["impl"] = impl_i;
-    return {q, k, v};
+    return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -186,7 +188,8 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
     if (impl == Impl::cuda) {
       torch::Tensor d[3];
       for (int i = 0; i < 3; ++i)
-        if (grads[static_cast<size_t>(i)].defined()) d[i] = grads[static_cast<size_t>(i)].to(xdt).contiguous();
+        if (grads[static_cast<size_t>(i)].defined())  // (B, T, h, D) storage: a view where attention's came so
+          d[i] = grads[static_cast<size_t>(i)].transpose(1, 2).to(xdt).contiguous();
       dqkv = torch::empty({B, T, g.NH() * D}, xopt);
       torch::Tensor part;
       if (norm) part = torch::empty({cuda::rope_bwd_warps(g.items()), 2, D}, fopt);
@@ -202,7 +205,7 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
       const float* dp[3] = {nullptr, nullptr, nullptr};
       for (int i = 0; i < 3; ++i)
         if (grads[static_cast<size_t>(i)].defined()) {
-          d[i] = f32(grads[static_cast<size_t>(i)]);
+          d[i] = f32(grads[static_cast<size_t>(i)].transpose(1, 2));  // (B, T, h, D)
           dp[i] = d[i].data_ptr<float>();
         }
       // Without QK-norm the twin reads no qkv row (qkv was not saved).
@@ -277,9 +280,11 @@ Qkv aten_rope_qk_norm(const torch::Tensor& qkv, int64_t H, int64_t K, const torc
     q = rope(q);
     k = rope(k);
   }
+  // The kernel's layout: (B, T, h, D) storage, (B, h, T, D) views; v copied
+  // out of qkv (a view would keep all of qkv alive for attention's backward).
   const auto dtype = qkv.scalar_type();
-  return {q.to(dtype).transpose(1, 2).contiguous(), k.to(dtype).transpose(1, 2).contiguous(),
-          v.transpose(1, 2).contiguous()};
+  return {q.to(dtype).contiguous().transpose(1, 2), k.to(dtype).contiguous().transpose(1, 2),
+          v.contiguous().transpose(1, 2)};
 }
 
 }  // namespace detail

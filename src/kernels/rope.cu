@@ -1,5 +1,7 @@
 // RoPE (+ Qwen3's per-head QK-norm) from the qkv GEMM's output straight into
-// attention's (B, h, T, D) layout, forward and backward. One warp per (token,
+// the layout attention takes, forward and backward: q, k, v each (B, T, h, D)
+// storage, which attention reads as (B, h, T, D) views (so SDPA's output comes
+// in (B, T, H, D) storage too and c_proj reads it without a copy). One warp per (token,
 // head) row of D values; lane l holds the pairs (i, i + D/2) for i = l, l + 32, ...
 // Warps stride over the rows; in backward each warp keeps its q_norm / k_norm
 // weight-gradient columns in registers and writes them once as a partial row.
@@ -33,14 +35,14 @@ __global__ void rope_fwd_kernel(const T* __restrict__ qkv, const float* __restri
     T* dst;
     const float* nw = nullptr;
     bool rotate = cos != nullptr;
-    if (head < g.H) {
-      dst = q + ((b * g.H + head) * g.T + t) * g.D;
+    if (head < g.H) {  // q, k, v rows in (B, T, h, D) storage: token tok, head h at (tok * h + head) * D
+      dst = q + (tok * g.H + head) * g.D;
       nw = qw;
     } else if (head < g.H + g.K) {
-      dst = k + ((b * g.K + head - g.H) * g.T + t) * g.D;
+      dst = k + (tok * g.K + head - g.H) * g.D;
       nw = kw;
     } else {
-      dst = v + ((b * g.K + head - g.H - g.K) * g.T + t) * g.D;
+      dst = v + (tok * g.K + head - g.H - g.K) * g.D;
       rotate = false;
     }
     float x1[kPairs], x2[kPairs];
@@ -97,14 +99,14 @@ __global__ void rope_bwd_kernel(const T* __restrict__ qkv, const T* __restrict__
     const T* dy;
     const float* nw = nullptr;
     bool rotate = cos != nullptr, is_q = head < g.H;
-    if (is_q) {
-      dy = dq ? dq + ((b * g.H + head) * g.T + t) * g.D : nullptr;
+    if (is_q) {  // dq, dk, dv in (B, T, h, D) storage, as forward wrote q, k, v
+      dy = dq ? dq + (tok * g.H + head) * g.D : nullptr;
       nw = qw;
     } else if (head < g.H + g.K) {
-      dy = dk ? dk + ((b * g.K + head - g.H) * g.T + t) * g.D : nullptr;
+      dy = dk ? dk + (tok * g.K + head - g.H) * g.D : nullptr;
       nw = kw;
     } else {
-      dy = dv ? dv + ((b * g.K + head - g.H - g.K) * g.T + t) * g.D : nullptr;
+      dy = dv ? dv + (tok * g.K + head - g.H - g.K) * g.D : nullptr;
       rotate = false;
     }
     const float* cr = rotate ? cos + b * cos_bstride + t * half : nullptr;

@@ -49,15 +49,17 @@ double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int6
   const bool rope = m.pos_encoding == PosEncoding::rope;
   if (m.qk_norm && !m.fused_kernels) per_token += (H + K) * 4.0;
   if (m.fused_kernels) {
-    // kernels::rope_qk_norm writes q, k, v as new (B, h, T, D) tensors, which
-    // attention saves (manual: the scaled q in place of q); it keeps c_attn's
-    // output only for QK-norm (its backward recomputes the rstd from it).
-    // SDPA's output then comes in (B, H, T, D) storage: SDPA saves it and
-    // c_proj its (B, T, H*D) copy (two H*D per token; manual: the copy only).
+    // kernels::rope_qk_norm writes q, k, v as new tensors, which attention
+    // saves (manual: the scaled q in place of q); it keeps c_attn's output only
+    // for QK-norm (its backward recomputes the rstd from it). They are (B, T,
+    // h, D) storage, so SDPA's output comes in (B, T, H, D) storage and c_proj
+    // reads it through a view: one H*D per token, and an fp32 log-sum-exp per
+    // row and head. The manual path takes contiguous (B, h, T, D) copies (the
+    // kernel's outputs die) and saves the (T, T) probabilities; its output is
+    // (B, H, T, D), and c_proj saves its (B, T, H*D) copy.
     if (m.qk_norm) per_token += (H + 2 * K) * D * e;
     per_token += (H + 2 * K) * D * e + H * D * e +
-                 (attention == AttentionBackend::manual ? H * T * e * (m.dropout > 0 ? 2.0 : 1.0)
-                                                        : H * D * e + H * 4.0);
+                 (attention == AttentionBackend::manual ? H * T * e * (m.dropout > 0 ? 2.0 : 1.0) : H * 4.0);
   } else if (attention == AttentionBackend::manual) {
     // c_attn's output where QK-norm keeps it; the scaled q, k and v the two
     // matmuls read (copies into (B, h, T, D)), the (T, T) softmax probabilities
@@ -75,11 +77,11 @@ double activation_bytes_per_block(const ModelConfig& m, ComputeDtype dtype, int6
     per_token += (qkv_kept ? (H + 2 * K) * D * e : K * D * e) + (rope || m.qk_norm ? (H + K) * D * e : 0.0) +
                  H * D * e + H * 4.0;
   }
-  // MLP: SwiGLU keeps c_fc's (B, T, 2F) output (silu reads the gate as a view
-  // of it), silu(gate) and the product c_proj reads; GELU its input and output.
-  // compile=True: kernels::swiglu keeps only c_fc's output (it recomputes
-  // silu in backward), c_proj its input: 3F. GELU the same 2F either way.
-  per_token += (m.ffn == FfnKind::swiglu ? (m.fused_kernels ? 3 * F : 4 * F) : 2 * F) * e;
+  // MLP: SwiGLU keeps c_fc's (B, T, 2F) output and c_proj its input, the
+  // product: 3F. Both paths make silu(gate) again in backward instead of
+  // saving it (compile=False: model/layers.cpp SwigluRecompute; compile=True:
+  // kernels::swiglu). GELU its input and output: 2F.
+  per_token += (m.ffn == FfnKind::swiglu ? 3 * F : 2 * F) * e;
   return tokens * per_token;
 }
 

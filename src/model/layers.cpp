@@ -108,16 +108,50 @@ std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t T, int64_t D, double
   return {angle.cos().to(torch::kFloat32).unsqueeze(1), angle.sin().to(torch::kFloat32).unsqueeze(1)};
 }
 
+namespace {
+
+// RoPE as one autograd node of ATen ops (compile=False): each half written in
+// place by a multiply and a fused multiply-add, 4 passes over half the row in
+// each direction. Composed from x1*c - x2*s, x2*c + x1*s and a cat, it took 7
+// kernels forward (9 row-widths of traffic) and autograd's backward as many
+// again, and the H100 trace of 2026-11-27 had these muls among its largest
+// element-wise costs. RoPE is a rotation: its backward is the rotation by -angle,
+// so it saves nothing but the (T, 1, D/2) tables.
+//   forward:  y1 = x1 c - x2 s,   y2 = x2 c + x1 s
+//   backward: dx1 = dy1 c + dy2 s, dx2 = dy2 c - dy1 s
+class RopeRotate : public torch::autograd::Function<RopeRotate> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& c,
+                               const torch::Tensor& s) {
+    ctx->save_for_backward({c, s});
+    return rotate(x, c, s, 1.0);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return {rotate(grads[0], saved[0], saved[1], -1.0), torch::Tensor(), torch::Tensor()};
+  }
+
+  // x rotated by +angle (sign 1) or -angle (sign -1): (B, T, h, D) contiguous.
+  static torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& c, const torch::Tensor& s, double sign) {
+    const int64_t half = x.size(-1) / 2;
+    const auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+    auto y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    auto y1 = y.narrow(-1, 0, half), y2 = y.narrow(-1, half, half);
+    at::mul_out(y1, x1, c).addcmul_(x2, s, -sign);  // x1 c -+ x2 s
+    at::mul_out(y2, x2, c).addcmul_(x1, s, sign);   // x2 c +- x1 s
+    return y;
+  }
+};
+
+}  // namespace
+
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  // chunk, not narrow: its backward writes the two halves' gradients into one
-  // buffer (a cat), where each narrow's zero-fills a whole buffer and adds.
-  auto halves = x.chunk(2, -1);
-  const auto &x1 = halves[0], &x2 = halves[1];  // (B, T, h, D/2)
   // The tables come cast once per forward (TransformerImpl::rope_for); a cast
   // here is for other callers.
   auto c = cos.scalar_type() == x.scalar_type() ? cos : cos.to(x.scalar_type());
   auto s = sin.scalar_type() == x.scalar_type() ? sin : sin.to(x.scalar_type());
-  return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+  return RopeRotate::apply(x, c, s);  // (B, T, h, D)
 }
 
 // ---- attention backends ----------------------------------------------------------
@@ -364,10 +398,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   auto qkv = linear(c_attn, x);                                        // (B, T, (H + 2K) * D)
   if (fused_) {
     // One op: q and k normalized (Qwen3) and rotated, v moved, all three written
-    // contiguous as (B, h, T, D), the layout every attention path takes. The
-    // tables come in fp32 (TransformerImpl::rope_for does not cast them here).
+    // as (B, T, h, D) storage and handed out as (B, h, T, D) views: the layout
+    // SDPA's kernels take (plan_attention probes it). SDPA's output then comes
+    // in (B, T, H, D) storage, so the reshape below is a view: c_proj saves the
+    // tensor SDPA saves, not a copy of it (issue 46: (B, T, H*D) per block). The
+    // manual path groups heads by reshape: it takes contiguous (B, h, T, D).
+    // The tables come in fp32 (TransformerImpl::rope_for does not cast them here).
     auto r = kernels::rope_qk_norm(qkv, H, K, cos, sin, q_norm ? q_norm->weight : torch::Tensor(),
                                    k_norm ? k_norm->weight : torch::Tensor(), q_norm ? q_norm->eps() : 0.0);
+    if (plan_->backend == AttentionBackend::manual) {
+      r.q = r.q.contiguous();
+      r.k = r.k.contiguous();
+      r.v = r.v.contiguous();
+    }
     auto y = causal_attention(r.q, r.k, r.v, *plan_, mask, dropout_, is_training(), docs);  // (B, H, T, D)
     return linear(c_proj, y.transpose(1, 2).reshape({B, T, H * D}));
   }
@@ -418,6 +461,39 @@ MlpImpl::MlpImpl(const ModelConfig& cfg) : swiglu_(cfg.ffn == FfnKind::swiglu), 
                            torch::nn::Linear(torch::nn::LinearOptions(cfg.ffn_hidden, cfg.n_embd).bias(cfg.bias)));
 }
 
+namespace {
+
+// silu(gate) * up from c_fc's (..., 2F) output h = gate | up, through ATen's
+// ops, keeping only h for backward: silu(gate) is made again there (one more
+// pass over (..., F)) instead of being saved, (..., F) in the compute dtype per
+// block (issue 46: 3.6 GB of LLaMA-2 1.36B's activations at 8 x 2048, what
+// compile=False held above PyTorch eager with its gradient buckets). The same
+// ops and values both ways as autograd's silu, mul and split: forward silu and
+// mul; backward silu, the two products and silu_backward, written into the
+// halves of one (..., 2F) gradient (where split's backward concatenates).
+class SwigluRecompute : public torch::autograd::Function<SwigluRecompute> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& h) {
+    const int64_t F = h.size(-1) / 2;
+    ctx->save_for_backward({h});
+    return at::silu(h.narrow(-1, 0, F)) * h.narrow(-1, F, F);  // (..., F)
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto h = ctx->get_saved_variables()[0];
+    const int64_t F = h.size(-1) / 2;
+    const auto gate = h.narrow(-1, 0, F), up = h.narrow(-1, F, F);
+    const auto& dy = grads[0];
+    auto dh = at::empty_like(h, at::MemoryFormat::Contiguous);  // (..., 2F)
+    auto dgate = dh.narrow(-1, 0, F), dup = dh.narrow(-1, F, F);
+    at::mul_out(dup, dy, at::silu(gate));                  // d up = dy * silu(gate)
+    at::silu_backward_out(dgate, dy * up, gate);           // d gate = silu'(gate) * dy * up
+    return {dh};
+  }
+};
+
+}  // namespace
+
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   if (fused_) {
     if (swiglu_) return linear(c_proj, kernels::swiglu(linear(c_fc, x)));  // (B, T, 2F) -> (B, T, F) -> (B, T, C)
@@ -427,8 +503,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   }
   auto h = linear(c_fc, x);  // (B, T, 2F) swiglu: gate | up; (B, T, F) gelu
   if (swiglu_) {
-    auto parts = h.chunk(2, -1);
-    h = at::silu(parts[0]) * parts[1];  // (B, T, F)
+    h = SwigluRecompute::apply(h);  // (B, T, F); silu(gate) made again in backward, not saved
   } else {
     h = at::gelu(h, "tanh");  // GPT-2's tanh approximation
   }

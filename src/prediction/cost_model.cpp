@@ -19,8 +19,8 @@ namespace {
 constexpr double kParamBytes = 4.0;
 // Operators that touch data, per block and per forward, as model/layers.cpp
 // dispatches them (views not counted): RMSNorm one (CUDA's fused kernel; the
-// CPU twin is one llmtrain:: op), LayerNorm one; RoPE seven per tensor (four
-// multiplies, a subtract, an add, the cat); SDPA reads q, k, v as views (v
+// CPU twin is one llmtrain:: op), LayerNorm one; RoPE four per tensor (per
+// half a multiply and a fused multiply-add; seven before 2026-11-28); SDPA reads q, k, v as views (v
 // copied after RoPE without QK-norm: one copy), the manual path copies all
 // three and its output back to (B, T, H*Q); attention one (manual: matmul,
 // mask, softmax, matmul); the four GEMMs; two residual adds; SwiGLU two (silu,
@@ -33,7 +33,7 @@ double ops_per_block_forward(const ModelConfig& m) {
   const double copies = manual ? 3.0 + 1.0 : (m.pos_encoding == PosEncoding::rope && !m.qk_norm ? 1.0 : 0.0);
   double ops = 2 * norm + 4 /* GEMMs */ + copies + 2 /* residuals */;
   if (m.qk_norm) ops += 2 * norm;
-  if (m.pos_encoding == PosEncoding::rope) ops += 2 * 7.0;
+  if (m.pos_encoding == PosEncoding::rope) ops += 2 * 4.0;
   ops += m.attention_backend == AttentionBackend::manual ? 4.0 : 1.0;
   ops += m.ffn == FfnKind::swiglu ? 2.0 : 1.0;
   return ops;
@@ -254,10 +254,11 @@ double llmtrain_block_bytes(const ModelConfig& m, const Shapes& s, double e, dou
   // weight cast to their dtype) keeps them in e.
   const double qk = e;
   if (m.qk_norm) blk += rmsnorm_bytes(e) * M * (Hq + Hkv);
-  // RoPE (apply_rope): x1*c, x2*s, their difference, x2*c, x1*s, their sum
-  // (each half-width), and the cat: 9 passes of the row's width.
+  // RoPE (apply_rope, one autograd node since 2026-11-28): per half a multiply
+  // (read, write) and a fused multiply-add in place (read 2, write): 5 passes
+  // of the row's width (the composition before, with its cat, made 9).
   const bool rope = m.pos_encoding == PosEncoding::rope;
-  if (rope) blk += 9 * qk * M * (Hq + Hkv);
+  if (rope) blk += 5 * qk * M * (Hq + Hkv);
   if (m.attention_backend == AttentionBackend::manual) {
     blk += 2 * qk * M * (Hq + Hkv) + 2 * e * M * Hkv;    // q, k, v made contiguous as (B, h, T, D)
     blk += 2 * e * M * Hq;                               // attention output back to (B, T, H*Q)

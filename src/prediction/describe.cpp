@@ -200,8 +200,9 @@ std::string describe_model(const Config& c, const DescribeOptions& o) {
                      gib(me["memory_bytes_per_rank"]), me["max_batch_size"].get<int64_t>(),
                      me["max_batch_size_full_checkpointing"].get<int64_t>());
   s += "  (parameters and gradients fp32, AdamW: 2 fp32 moments; 16-bit autocast adds the matmul weights' 16-bit\n"
-       "   copies; activations: saved tensors; fsdp adds the gathered root unit + 2 blocks and their gradients;\n"
-       "   docs/memory.md)";
+       "   copies; activations: saved tensors; ddp/zero1 gradients: autograd's hand-over, and the buckets where\n"
+       "   they are at the peak (made during backward; use_cuda_graphs=True holds them through the step); fsdp adds\n"
+       "   the gathered root unit + 2 blocks and their gradients; docs/memory.md)";
   s += "\n" + describe_prediction(c, prediction_input(o));
   return s;
 }

@@ -59,6 +59,7 @@ MemoryInputs MemoryInputs::from_config(const Config& c, int64_t world_size) {
   in.batch_size = c.batch_size;
   in.world_size = world_size;
   in.fsdp_prefetch = c.fsdp_prefetch;
+  in.persistent_grads = c.use_cuda_graphs;  // StrategyOptions::persistent_grads
   in.param_bytes = c.param_dtype == ParamDtype::bfloat16 ? 2.0 : 4.0;
   in.reduce_bytes = c.reduce_dtype == ReduceDtype::bfloat16 ? 2.0 : 4.0;
   ModelConfig shape;  // ModelConfig::recomputed_blocks() of the config's layers
@@ -101,15 +102,22 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
   // CPU, benchmarks/memory_table.py; docs/memory.md).
   const double handover =
       (in_blocks + static_cast<double>(m.padded_vocab) * static_cast<double>(m.n_embd)) * pb;
+  // DDP and ZeRO-1's buckets (ZeRO-1: and its reduce-scattered shard of them)
+  // once every gradient has arrived. Persistent (use_cuda_graphs=True) they
+  // are held through the forward; otherwise they are made during the backward
+  // as the activations are freed, and dropped after the step (issue 46).
+  const bool buckets = strategy != StrategyKind::fsdp;
+  const double all_buckets = strategy == StrategyKind::zero1 ? P * rb + P * rb / W : P * rb;
+  const bool persistent = buckets && in.persistent_grads;
   switch (strategy) {
     case StrategyKind::ddp:  // flat parameter and gradient buckets, every bucket's AdamW state
       e.weights = P * pb;
-      e.gradients = P * rb + handover;
+      e.gradients = (persistent ? all_buckets : 0.0) + handover;
       e.optimizer = P * opt_per_param;
       break;
     case StrategyKind::zero1:  // + the reduce-scattered gradient shard; AdamW state of 1/W
       e.weights = P * pb;
-      e.gradients = P * rb + P * rb / W + handover;
+      e.gradients = (persistent ? all_buckets : 0.0) + handover;
       e.optimizer = P * opt_per_param / W;
       break;
     case StrategyKind::fsdp: {
@@ -134,13 +142,17 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
     }
   }
   // The peak is the start of the backward: what the blocks keep, the logits,
-  // the 16-bit weight copies autograd saved, the backward's gradients. With
-  // activation checkpointing it may instead be (whichever holds most):
+  // the 16-bit weight copies autograd saved, the backward's gradients (and the
+  // persistent buckets). With activation checkpointing it may instead be
+  // (whichever holds most):
   // - the end of the forward: autocast's cache also holds the recomputed
   //   blocks' copies, until the forward's autocast region ends; no gradient
   //   of this backward exists yet;
   // - the backward of the highest recomputed block: the gradients alive are
-  //   those produced so far, not the end of the backward's.
+  //   those produced so far, not the end of the backward's (buckets made
+  //   during the backward: all of them, see below).
+  // Buckets made during the backward may instead peak at its end: every
+  // bucket, the hand-over, no activation left.
   const double grads = e.gradients;
   const double backward_grads = strategy == StrategyKind::fsdp ? grads - P * 4.0 / W : handover;
   const double L = static_cast<double>(m.n_layer);
@@ -151,12 +163,20 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const MemoryInputs& in, Str
     const double start = e.activations + grads;
     const double forward_end = act + weight_copies(m, in, 1.0, true);
     const auto r = recompute_phase(m, in);
-    const double recompute_grads = strategy == StrategyKind::fsdp ? grads : grads - handover + r.gradients;
+    // r.gradients: those produced so far, in param_dtype. Buckets made during
+    // the backward: by the lowest recomputed block's backward nearly all of
+    // them exist, beside a recomputed block's activations; counted as all of
+    // them with the highest block's activations, a bound (measured on the
+    // tiny shape with full checkpointing: fewer buckets undercounted it by 11%).
+    const double made = buckets && !persistent ? all_buckets : 0.0;
+    const double recompute_grads = strategy == StrategyKind::fsdp ? grads : grads - handover + r.gradients + made;
     if (forward_end + grads - backward_grads > std::max(start, r.activations + recompute_grads))
       e.activations = forward_end, e.gradients = grads - backward_grads;
     else if (r.activations + recompute_grads > start)
       e.activations = r.activations, e.gradients = recompute_grads;
   }
+  if (buckets && !persistent && all_buckets + handover > e.activations + e.gradients)
+    e.activations = 0, e.gradients = all_buckets + handover;
   return e;
 }
 

@@ -32,6 +32,7 @@
 #include "llmtrain/train/checkpoint_parts.hpp"  // defines: the state's parts in a checkpoint (Stateful)
 #include "llmtrain/record/device_memory.hpp"  // defines: count_cpu_allocations, allocated_bytes, available_memory
 #include "llmtrain/train/eval_full.hpp"     // defines: evaluate_full (eval_full=True)
+#include "train/graph_step.hpp"             // defines: GraphStep (use_cuda_graphs=True: the step as one CUDA graph)
 #include "llmtrain/train/memory_check.hpp"  // defines: check_memory_fits (refuse before an out-of-memory)
 #include "llmtrain/record/metrics.hpp"       // defines: Metrics (phases, MFU, self-check)
 #include "llmtrain/model/precision.hpp"     // defines: AutocastGuard, compute_dtype
@@ -128,6 +129,10 @@ struct Trainer::Impl {
   nlohmann::json full_eval = nlohmann::json::object();  // the last eval_full's token counts
   int64_t last_eval_tokens = 0;                         // predicted tokens of the last evaluate(), all ranks
   nlohmann::json memory_plan;  // the memory model's peak per rank and what the device had at start-up
+  // use_cuda_graphs=True (capture on CUDA), or the test's CPU twin (plain):
+  // the whole step on static buffers (train/graph_step.hpp); none otherwise.
+  std::unique_ptr<GraphStep> graph;
+  ProfileSteps profile_steps;  // profile_steps' iterations run uncaptured (the trace shows their ops)
 
   // The parts of a run, built in this order.
   Impl(const Config& c, Runtime& r) : cfg(c), rt(r), schedule(LrSchedule::from_config(c)) {
@@ -144,13 +149,15 @@ struct Trainer::Impl {
     state.best_val_loss = std::numeric_limits<double>::infinity();
     register_checkpoint_parts();
     if (cfg.init_from.source == InitSource::resume) resume();
-    open_record(tf32);                                        // 6. metrics and the run log (rank 0 writes)
+    setup_graph_step();                                       // 6. use_cuda_graphs: the step's static buffers
+    open_record(tf32);                                        // 7. metrics and the run log (rank 0 writes)
   }
 
   // The rank's device, the compute dtype and float16's loss scaler. Returns
   // what TF32 was set to, for the start-up block.
   std::string setup_device() {
     device = rt.setup_device(cfg.device, cfg.num_threads);
+    check_graph_step_device(cfg, device);  // use_cuda_graphs=True needs CUDA: refused before any work
     if (device.is_cpu()) count_cpu_allocations();  // the run log's allocated_peak_bytes (CUDA: its allocator counts)
     dtype = compute_dtype(cfg.dtype, device);
     scaler = LossScaler(dtype == torch::kHalf);  // float16 needs loss scaling; bfloat16 does not
@@ -190,6 +197,19 @@ struct Trainer::Impl {
     model->plan_kernels(device, dtype);  // compile=True: the fused kernels' self-check and fallback lines
   }
 
+  // use_cuda_graphs=True: the step captured once and replayed (on CUDA; the
+  // configuration refused what cannot be captured: Config::validate). The
+  // test hook LLMTRAIN_TEST_GRAPH_STEP=plain runs the same step uncaptured.
+  void setup_graph_step() {
+    const bool twin = graph_step_twin_requested();
+    if (!cfg.use_cuda_graphs && !twin) return;
+    profile_steps = parse_profile_steps(cfg.profile_steps);
+    graph = std::make_unique<GraphStep>(twin ? GraphStep::Mode::plain : GraphStep::Mode::capture, device,
+                                        cfg.gradient_accumulation_steps, cfg.batch_size, cfg.block_size,
+                                        [this](const GraphStep::Buffers& b) { graph_body(b); });
+    log::info("cuda graphs: {}", graph->describe());
+  }
+
   // Metrics, the run log with its start-up block and the predicted step
   // (record/run_record.hpp).
   void open_record(const std::string& tf32) {
@@ -207,6 +227,9 @@ struct Trainer::Impl {
     run_log = open_run_log(cfg, rt.is_root());
     auto startup = make_startup_info(cfg, mcfg, env, setup);
     startup["memory"] = memory_plan;
+    if (graph) startup["cuda_graphs"] = {{"mode", graph->mode() == GraphStep::Mode::capture ? "capture" : "plain"},
+                                         {"warmup_steps", graph->warmup_steps()},
+                                         {"timing", graph->describe()}};
     if (resumed)
       startup["resumed_from"] = {{"checkpoint", resumed->path},
                                  {"iteration", resumed->state.iteration},
@@ -355,9 +378,21 @@ struct Trainer::Impl {
   // the clip coefficient stay on the device, and the step's figures are read
   // at the next log point (record_pending). float16's loss scaler and the
   // gradient_log_interval iterations take the host path (update_on_host).
+  // use_cuda_graphs=True: the same step on static buffers, captured once and
+  // replayed (graph_step); its gradient_log_interval iterations run eager_step.
   void train_step(int64_t iter) {
     begin_iteration(iter);                                    // watchdog, fault points, metrics window
     const double lr = schedule.at(iter);
+    PendingStep s = graph && !host_step(iter) ? graph_step(iter, lr)   // use_cuda_graphs: one replay
+                                              : eager_step(iter, lr);
+    metrics->close_iter(iter, lr);                            // its figures wait for the log point
+    rt.watchdog().activity(fmt::format("after iteration {}: run log, evaluation, checkpoint", iter));
+    pending_steps.push_back(std::move(s));
+  }
+  // ---- TRAINING STEP END ----
+
+  // The step op by op, each phase timed.
+  PendingStep eager_step(int64_t iter, double lr) {
     const torch::Tensor loss_sum = forward_backward(iter);    // accum micro-batches; DDP reduces in the last
     reduce_gradients(iter);                                   // gradients now averaged over ranks
     const double scale = scaler.scale();                      // float16's loss scale (1 otherwise)
@@ -365,12 +400,59 @@ struct Trainer::Impl {
     PendingStep s = host_step(iter) ? update_on_host(iter, lr, loss, scale)  // norm, clip, AdamW; or no update
                                     : update_on_device(iter, lr, loss);       //   on any rank
     s.scale = scale;
-    metrics->close_iter(iter, lr);                            // its figures wait for the log point
-    rt.watchdog().activity(fmt::format("after iteration {}: run log, evaluation, checkpoint", iter));
-    pending_steps.push_back(std::move(s));
+    return s;
   }
-  // ---- TRAINING STEP END ----
 
+  // use_cuda_graphs=True: the batches into the static buffers (Phase::data),
+  // the learning rate into its device tensor, then the whole step as one
+  // replay (Phase::forward_backward: a replay cannot be cut into phases).
+  // profile_steps' iterations run the same step uncaptured.
+  PendingStep graph_step(int64_t iter, double lr) {
+    const int64_t accum = cfg.gradient_accumulation_steps;
+    {
+      auto t = metrics->phase(Phase::data, fmt::format("iteration {}: data into the static buffers", iter));
+      for (int64_t micro = 0; micro < accum; ++micro) {
+        const Batch batch = train_loader->next();             // (B, T) x and y
+        graph->set_batch(micro, batch.x, batch.y);
+      }
+      graph->set_lr(lr);
+    }
+    const bool traced = profile_steps.contains(iter);
+    if (!traced && graph->capture_due()) {
+      // Once, outside the timed phases (what a capture records never runs:
+      // no phase may read its events); the replay below is the step.
+      rt.watchdog().activity(fmt::format("iteration {}: capturing the step in a CUDA graph", iter));
+      graph->capture();
+    }
+    {
+      auto t = metrics->phase(Phase::forward_backward,
+                              fmt::format("iteration {}: the captured step (forward, backward, gradient all-reduce, "
+                                          "clipping, AdamW)", iter));
+      if (traced)
+        graph->run_uncaptured();
+      else
+        graph->run();
+    }
+    PendingStep s;
+    s.iter = iter;
+    s.row = next_step_row();
+    step_values[s.row].copy_(graph->buffers().slot);          // on the device: read at the log point
+    return s;
+  }
+
+  // The body GraphStep captures: eager_step's device path on the static
+  // buffers, every value left on the device (no host read, no fault point, no
+  // metrics phase: a replay runs none of the host's code).
+  void graph_body(const GraphStep::Buffers& b) {
+    const int64_t accum = cfg.gradient_accumulation_steps;
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    for (int64_t micro = 0; micro < accum; ++micro)
+      loss_sum += micro_step(b.x[micro], b.y[micro], micro + 1 == accum, /*iter=*/-1);
+    strategy->finish_gradients();
+    const torch::Tensor loss = loss_mean_over_ranks(loss_sum);
+    const auto [norm, found_inf] = device_update(b.lr, loss);
+    b.slot.copy_(torch::stack({loss, norm, found_inf}));
+  }
   void begin_iteration(int64_t iter) {
     rt.watchdog().iteration_begin(iter);
     rt.watchdog().activity(fmt::format("iteration {}: start", iter));
@@ -397,18 +479,25 @@ struct Trainer::Impl {
       }
       auto t = metrics->phase(Phase::forward_backward,
                               fmt::format("iteration {}: forward/backward, micro-batch {}/{}", iter, micro + 1, accum));
-      torch::Tensor loss;
-      {
-        AutocastGuard autocast(device, dtype);
-        loss = model->loss(batch.x, batch.y) / static_cast<double>(accum);
-      }
-      if (fault::hit(fault::Point::nan_loss, rt.rank(), iter)) loss = loss * std::numeric_limits<double>::quiet_NaN();
-      // float16: the loss is scaled so that small gradients survive; step() unscales.
-      strategy->backward(scaler.enabled() ? loss * scaler.scale() : loss,
-                         /*last_micro=*/micro + 1 == accum);  // DDP: reduces only on the last
-      loss_sum += loss.detach().to(torch::kFloat);
+      loss_sum += micro_step(batch.x, batch.y, /*last=*/micro + 1 == accum, iter);
     }
     return loss_sum;
+  }
+
+  // One micro-batch's forward under autocast and backward through the
+  // strategy; returns its loss / accum (0-dim fp32, detached). `iter` < 0: no
+  // fault point (the captured step).
+  torch::Tensor micro_step(const torch::Tensor& x, const torch::Tensor& y, bool last, int64_t iter) {
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(device, dtype);
+      loss = model->loss(x, y) / static_cast<double>(cfg.gradient_accumulation_steps);
+    }
+    if (iter >= 0 && fault::hit(fault::Point::nan_loss, rt.rank(), iter))
+      loss = loss * std::numeric_limits<double>::quiet_NaN();
+    // float16: the loss is scaled so that small gradients survive; step() unscales.
+    strategy->backward(scaler.enabled() ? loss * scaler.scale() : loss, last);  // DDP: reduces only on the last
+    return loss.detach().to(torch::kFloat);
   }
 
   // Waits for the gradient reductions still in flight: what did not overlap
@@ -424,6 +513,10 @@ struct Trainer::Impl {
     if (fault::hit(fault::Point::slow_loss_reduce, rt.rank(), iter))
       std::this_thread::sleep_for(std::chrono::milliseconds(fault::value(fault::Point::slow_loss_reduce)));
     auto t = metrics->phase(Phase::communication, fmt::format("iteration {}: loss allreduce", iter));
+    return loss_mean_over_ranks(loss_sum);
+  }
+  // A 0-dim loss averaged over ranks, as a 0-dim double on the device.
+  torch::Tensor loss_mean_over_ranks(const torch::Tensor& loss_sum) {
     auto sum = loss_sum.to(torch::kDouble).reshape({1});
     if (comm->world_size() > 1) {
       comm->allreduce_sum(sum);
@@ -446,22 +539,36 @@ struct Trainer::Impl {
   // loss and norm). The three values go to the step's row of step_values.
   PendingStep update_on_device(int64_t iter, double lr, const torch::Tensor& loss) {
     auto t = metrics->phase(Phase::optimizer, fmt::format("iteration {}: gradient norm, optimizer step", iter));
-    torch::NoGradGuard no_grad;
     PendingStep s;
     s.iter = iter;
+    const auto [norm, found_inf] = device_update(lr, loss);
+    s.row = next_step_row();
+    step_values[s.row].copy_(torch::stack({loss, norm, found_inf}));
+    return s;
+  }
+
+  // The norm, found_inf and the AdamW step on the device; returns (norm,
+  // found_inf). `lr`: a double from the host, or (the captured step) a 0-dim
+  // device tensor.
+  template <typename Lr>
+  std::pair<torch::Tensor, torch::Tensor> device_update(const Lr& lr, const torch::Tensor& loss) {
+    torch::NoGradGuard no_grad;
     const torch::Tensor norm = strategy->grad_norm_tensor();  // 0-dim double, global
     // norm >= 0: the sum is not finite exactly when the loss or the norm is not.
     const torch::Tensor found_inf = (loss + norm).isfinite().logical_not().to(torch::kDouble);
     strategy->step(lr, clip_coefficient(norm, cfg.grad_clip), found_inf);  // the coefficient as its gradient scale
+    return {norm, found_inf};
+  }
+
+  // The next free row of step_values (made at the first step of the device path).
+  int64_t next_step_row() {
     if (!step_values.defined()) {
       const int64_t rows = max_pending_steps();
       const auto opts = torch::TensorOptions().dtype(torch::kDouble);
       step_values = torch::empty({rows, 3}, opts.device(device));
       step_values_host = device.is_cpu() ? step_values : torch::empty({rows, 3}, opts.pinned_memory(true));
     }
-    s.row = step_rows++;
-    step_values[s.row].copy_(torch::stack({loss, norm, found_inf}));
-    return s;
+    return step_rows++;
   }
 
   // Phase::optimizer on the host: the same step, its values read now.
@@ -672,6 +779,7 @@ struct Trainer::Impl {
     s["bad_steps"] = state.bad_steps;
     if (prediction) prediction->add_to_summary(s);
     add_allocated_peaks(s);
+    if (graph) s["cuda_graph_replays"] = graph->replays();  // steps run as a replay of the captured step
     s["status"] = result.stop_signal ? "stopped" : "completed";
     if (result.stop_signal) s["stop_signal"] = result.stop_signal;
     s["data_sources"] = nlohmann::json::array();

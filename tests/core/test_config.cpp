@@ -184,8 +184,29 @@ TEST(Config, CrossKeyValidation) {
 TEST(Config, UnbuiltFeaturesAreRefusedNotIgnored) {
   Config c;
   EXPECT_NO_THROW(c.refuse_unbuilt());
-  c.use_cuda_graphs = true;
-  EXPECT_THROW(c.refuse_unbuilt(), llmtrain::NotBuiltError);
+  c.use_cuda_graphs = true;  // built (issue 47): no longer refused as unbuilt
+  EXPECT_NO_THROW(c.refuse_unbuilt());
+  EXPECT_NO_THROW(c.validate());
+}
+
+// use_cuda_graphs=True with what a captured step cannot hold: one line naming
+// the key and the reason.
+TEST(Config, CudaGraphsRefuseWhatCannotBeCaptured) {
+  auto refused = [](auto set, const char* reason) {
+    Config c;
+    c.use_cuda_graphs = true;
+    set(c);
+    const std::string e = error_of([&] { c.validate(); });
+    EXPECT_NE(e.find("use_cuda_graphs"), std::string::npos) << e;
+    EXPECT_NE(e.find(reason), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    c.use_cuda_graphs = false;
+    EXPECT_NO_THROW(c.validate()) << reason;
+  };
+  refused([](Config& c) { c.dtype = llmtrain::ComputeDtype::float16; }, "dtype=float16");
+  refused([](Config& c) { c.document_masking = true; }, "document_masking=True");
+  refused([](Config& c) { c.use_fsdp = true; }, "use_fsdp=True");
+  refused([](Config& c) { c.use_zero1 = true; }, "use_zero1=True");
 }
 
 TEST(Config, JsonHasEveryKeyWithItsType) {

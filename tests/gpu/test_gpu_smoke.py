@@ -9,6 +9,10 @@
              self-check passes
   resume     6 straight iterations equal 3 + checkpoint + resume + 3 (bit for bit), sync and
              asynchronous checkpoints, ZeRO-1 and FSDP
+  cuda_graphs  the tiny LLaMA in bf16 with accumulation 2, compile off and on: use_cuda_graphs=True
+             (3 warm-up steps, then the whole step captured once and replayed) against False: the
+             same losses and gradient norms within bf16 tolerance, summary.cuda_graph_replays =
+             iterations - 3; a profile_steps iteration runs uncaptured (one replay fewer)
 
 Skips (exit 77) with the reason where the build has no CUDA or the machine no NVIDIA GPU.
 Usage: test_gpu_smoke.py BUILD_DIR SOURCE_DIR MPIEXEC CASE WITH_CUDA
@@ -109,5 +113,32 @@ elif case == "resume":
             a, b = e.losses(e.run_logs(f"{tag}_full")), e.losses(e.run_logs(f"{tag}_part"))
             assert a == b, f"{tag}: resume differs\n{a}\n{b}"
             print(f"{tag}: 3 + resume + 3 == 6 straight, bit for bit")
+elif case == "cuda_graphs":
+    iters = 12
+    for compile_ in ("False", "True"):
+        flags = [f"--compile={compile_}", "--dtype=bfloat16", f"--max_iters={iters}", "--gradient_accumulation_steps=2",
+                 "--grad_clip=1.0"]
+        _, eager = train(f"graphs_off_c{compile_}", "tiny_llama.cfg", *flags)
+        p, graphed = train(f"graphs_on_c{compile_}", "tiny_llama.cfg", *flags, "--use_cuda_graphs=True")
+        healthy(eager, f"compile={compile_} use_cuda_graphs=False")
+        healthy(graphed, f"compile={compile_} use_cuda_graphs=True")
+        assert graphed["startup_info"]["cuda_graphs"]["mode"] == "capture", graphed["startup_info"].get("cuda_graphs")
+        replays = graphed["summary"].get("cuda_graph_replays")
+        assert replays == iters - 3, f"compile={compile_}: {replays} replays, expected {iters - 3} (3 warm-up steps)"
+        for a, b in zip(graphed["training_iterations"], eager["training_iterations"]):
+            for key in ("loss", "grad_norm"):
+                # bf16 autocast: the replay runs the eager step's kernels; allow bf16 rounding
+                assert abs(a[key] - b[key]) <= 2e-2 * abs(b[key]) + 1e-3, \
+                    f"compile={compile_} iter {a['iter']}: {key} {a[key]} with graphs, {b[key]} without"
+        ta, tb = graphed["summary"].get("tokens_per_sec", 0), eager["summary"].get("tokens_per_sec", 0)
+        print(f"compile={compile_}: {iters} iterations, {replays} replays, losses within bf16 tolerance; "
+              f"tokens/s {ta:.0f} with graphs, {tb:.0f} without (tiny model: launch-bound)")
+    # profile_steps' iteration runs the same step uncaptured: one replay fewer, the trace holds its ops.
+    _, prof = train("graphs_profile", "tiny_llama.cfg", "--dtype=bfloat16", f"--max_iters={iters}",
+                    "--use_cuda_graphs=True", "--profile_steps=6")
+    healthy(prof, "use_cuda_graphs=True profile_steps=6")
+    assert prof["summary"]["cuda_graph_replays"] == iters - 4, prof["summary"]
+    assert glob.glob(os.path.join(work, "graphs_profile", "profile", "*.json")), "no trace of step 6"
+    print(f"profile_steps=6: {iters - 4} replays, step 6 traced uncaptured")
 else:
     sys.exit(f"unknown case {case}")

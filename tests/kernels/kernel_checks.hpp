@@ -124,7 +124,9 @@ inline void check_rope(torch::Device dev, Impl impl, torch::ScalarType dtype, in
   const double eps = 1e-6;
   auto kernel = [&](const Leaves& l) -> std::vector<torch::Tensor> {
     auto r = rope_qk_norm(l[0], H, K, l[1], l[2], l[3], l[4], eps, impl);
-    EXPECT_TRUE(r.q.is_contiguous() && r.k.is_contiguous() && r.v.is_contiguous());
+    // Attention's layout: (B, h, T, D) views of (B, T, h, D) storage.
+    EXPECT_TRUE(r.q.transpose(1, 2).is_contiguous() && r.k.transpose(1, 2).is_contiguous() &&
+                r.v.transpose(1, 2).is_contiguous());
     return {r.q, r.k, r.v};
   };
   // The model's ops (layers.cpp): narrow + view, per-head RMSNorm, rotate-half, transpose.

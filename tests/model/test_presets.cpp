@@ -104,15 +104,29 @@ TEST(Presets, ArithmeticMatchesBuiltTinyModelOfEachFamily) {
         {"tiny_llama", 295488}, {"tiny_llama3", 254528}, {"tiny_qwen3", 279360}, {"tiny_gpt2", 224640}};
     EXPECT_EQ(total, documented.at(name)) << name;
     // Weight and gradient bytes of the estimate are the built model's bytes.
-    const auto est = llmtrain::estimate_memory(m, ComputeDtype::float32, 8, 4, llmtrain::AttentionBackend::manual);
+    // Persistent buckets (use_cuda_graphs=True): held at the peak.
+    llmtrain::MemoryInputs in;
+    in.dtype = ComputeDtype::float32;
+    in.batch_size = 8;
+    in.world_size = 4;
+    in.attention = llmtrain::AttentionBackend::manual;
+    in.persistent_grads = true;
+    const auto est = llmtrain::estimate_memory(m, in);
     EXPECT_DOUBLE_EQ(est[0].weights, 4.0 * total);
     // + autograd's gradients of the blocks and the token embedding during backward
     const auto units = llmtrain::fsdp_unit_params(m);  // embedding, blocks..., head
     int64_t in_blocks = 0;
     for (size_t u = 1; u + 1 < units.size(); ++u) in_blocks += units[u];
-    EXPECT_DOUBLE_EQ(est[0].gradients, 4.0 * total + 4.0 * (in_blocks + m.padded_vocab * m.n_embd));
+    const double handover = 4.0 * (in_blocks + m.padded_vocab * m.n_embd);
+    EXPECT_DOUBLE_EQ(est[0].gradients, 4.0 * total + handover);
     EXPECT_DOUBLE_EQ(est[0].optimizer, 8.0 * total);
     EXPECT_DOUBLE_EQ(est[1].optimizer, 8.0 * total / 4);
+    // Buckets made during the backward (the default): the peak is the start
+    // of the backward without them, or its end with all of them and no activation.
+    in.persistent_grads = false;
+    const auto made = llmtrain::estimate_memory(m, in);
+    EXPECT_DOUBLE_EQ(made[0].total(), std::max(est[0].total() - 4.0 * total,
+                                               est[0].weights + est[0].optimizer + 4.0 * total + handover));
   }
 }
 

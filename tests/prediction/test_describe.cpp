@@ -30,11 +30,27 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   // moments' 8: 9.5 bytes per parameter on 8 ranks (docs/memory.md).
   const auto m = ModelConfig::from_config(c, 0);
   const double P = static_cast<double>(m.num_params());
-  const auto est = llmtrain::estimate_memory(m, ComputeDtype::bfloat16, 8, 8, llmtrain::AttentionBackend::sdpa);
+  // Persistent buckets (use_cuda_graphs=True) hold the gradients through the
+  // forward: they count at the peak (the start of the backward).
+  llmtrain::MemoryInputs in32;
+  in32.dtype = ComputeDtype::bfloat16;
+  in32.batch_size = 8;
+  in32.world_size = 8;
+  in32.persistent_grads = true;
+  const auto est = llmtrain::estimate_memory(m, in32);
   // (Both also hold autograd's gradients during backward before the buckets
   // take them: the same in both, docs/memory.md.)
   const double handover = est[0].gradients - 4.0 * P;
   EXPECT_GT(handover, 0.0);
+  // Buckets made during the backward (the default, issue 46): none at the
+  // start of the backward, where the activations peak; the hand-over only.
+  const auto made = llmtrain::estimate_memory(m, ComputeDtype::bfloat16, 8, 8, llmtrain::AttentionBackend::sdpa);
+  EXPECT_DOUBLE_EQ(made[0].gradients, handover);
+  EXPECT_DOUBLE_EQ(made[1].gradients, handover);
+  EXPECT_DOUBLE_EQ(made[0].activations, est[0].activations);
+  EXPECT_DOUBLE_EQ(est[0].total() - made[0].total(), 4.0 * P);
+  EXPECT_DOUBLE_EQ(est[1].total() - made[1].total(), 4.0 * P + 4.0 * P / 8);
+  EXPECT_DOUBLE_EQ(made[2].total(), est[2].total());  // FSDP keeps its gradient shards either way
   EXPECT_DOUBLE_EQ(est[0].weights + est[0].gradients - handover + est[0].optimizer, 16.0 * P);
   EXPECT_DOUBLE_EQ(est[1].weights + est[1].gradients - handover + est[1].optimizer, 9.5 * P);
   EXPECT_DOUBLE_EQ(est[1].optimizer, 8.0 * P / 8);
@@ -46,6 +62,7 @@ TEST(Describe, FullPresetsWithoutAllocating) {
   in16.param_bytes = 2;
   in16.batch_size = 8;
   in16.world_size = 8;
+  in16.persistent_grads = true;
   const auto e16 = llmtrain::estimate_memory(m, in16, llmtrain::StrategyKind::ddp);
   EXPECT_DOUBLE_EQ(e16.weights + e16.gradients - handover / 2 + e16.optimizer, 18.0 * P);
   EXPECT_DOUBLE_EQ(e16.weights, 2.0 * P);

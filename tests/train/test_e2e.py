@@ -12,7 +12,8 @@
                loss and gradient norm and the same final eval losses (fp32
                tolerance): the parallel strategy changes nothing. FSDP's waits
                inside forward/backward show up as communication_ms.
-  refusals     bad input and unbuilt features fail with a message naming the key/file.
+  refusals     bad input and settings this build or device cannot run (use_cuda_graphs=True
+               on a CPU or with float16) fail with a message naming the key/file.
   precision    float32, bfloat16 and float16 (dynamic loss scaling) train the same
                model from the same data to nearly the same losses; float16's run
                log records its loss scale.
@@ -38,6 +39,12 @@
                run log, its loss and gradient norm bit for bit those of the same run
                with log_interval=1 (recorded at each step); the console prints
                iterations 0, 4 and 5 only.
+  graph_twin   use_cuda_graphs' step (static batch buffers, the learning rate as a device
+               tensor, the step's values in a fixed slot; train/graph_step.hpp) run without
+               capture (LLMTRAIN_TEST_GRAPH_STEP=plain, its CPU twin) gives bit for bit the
+               losses, gradient norms, eval losses and final parameters (export_hf bytes) of
+               the normal step: 1 and 2 ranks, accumulation 2, clipping that fires, a warm-up
+               learning rate, and gradient_log_interval iterations (the host step) between.
   run_log_full_disk  out_dir on a small tmpfs that fills up: the run ends with the
                OS error naming the run log, whose last complete version stays
                readable and no temporary file is left (root; 77 where mounting is
@@ -158,7 +165,10 @@ elif case == "refusals":
         ([llm, cfg, f"--data_dir={data}", CPU, "--batch_szie=3"], "did you mean 'batch_size'"),
         ([llm, cfg, f"--data_dir={data}", CPU, "--dtype=fp8"], "float32, bfloat16, float16"),
         ([llm, cfg, "--data_dir=/nonexistent/data", CPU], "/nonexistent/data"),
-        ([llm, cfg, f"--data_dir={data}", CPU, "--use_cuda_graphs=True"], "not built"),
+        ([llm, cfg, f"--data_dir={data}", CPU, "--use_cuda_graphs=True"],
+         "config key 'use_cuda_graphs' = True captures the training step in a CUDA graph: it needs a CUDA device"),
+        ([llm, cfg, f"--data_dir={data}", CPU, "--use_cuda_graphs=True", "--dtype=float16"],
+         "config key 'use_cuda_graphs' = True cannot be used with dtype=float16"),
         ([llm, cfg, f"--data_dir={data}", CPU, "--block_size=2000000"], "block_size=2000000 is too large"),
         ([llm, cfg, f"--data_dir={data}", CPU, "--device_profile=h100_sxn"],
          "config key 'device_profile': device profile 'h100_sxn'"),
@@ -535,6 +545,43 @@ elif case == "host_reads":
     assert got == want, f"recorded at log points: {got}\nrecorded at each step: {want}"
     assert all(r["dt_ms"] > 0 and r["tokens_per_sec"] > 0 for r in deferred["training_iterations"]), deferred
     print(f"6 steps recorded at log points 0, 4 and 5, bit for bit as when recorded at each step: {got}")
+
+elif case == "graph_twin":
+    data = prepare()
+    common = ["--max_iters=7", "--eval_interval=7", "--eval_iters=2", "--log_interval=1", "--warmup_iters=3",
+              "--learning_rate=3e-3", "--grad_clip=0.5", "--gradient_accumulation_steps=2",
+              "--gradient_log_interval=3"]
+    ok = True
+    for n, batch in ((1, 4), (2, 2)):
+        ok_before = ok
+        normal = train(n, data, f"normal{n}", f"--batch_size={batch}", f"--export_hf=hf_normal{n}", *common)
+        cfg = os.path.join(source, "inputs", "tiny_llama.cfg")
+        p = run(mpi(n, os.path.join(bin_dir, "llmtrain"), cfg, f"--data_dir={data}", f"--out_dir=twin{n}", CPU,
+                    f"--batch_size={batch}", f"--export_hf=hf_twin{n}", *common),
+                env={"LLMTRAIN_TEST_GRAPH_STEP": "plain"})
+        twin = json.load(open(sorted(glob.glob(os.path.join(work, f"twin{n}", "run_*.json")))[0]))
+        assert twin["startup_info"]["cuda_graphs"]["mode"] == "plain", twin["startup_info"].get("cuda_graphs")
+        assert twin["summary"]["cuda_graph_replays"] == 0, twin["summary"]
+        assert "cuda_graphs" not in normal["startup_info"], normal["startup_info"]["cuda_graphs"]
+        got = [(r["iter"], r["loss"], r["grad_norm"]) for r in twin["training_iterations"]]
+        want = [(r["iter"], r["loss"], r["grad_norm"]) for r in normal["training_iterations"]]
+        if got != want or len(got) != 7:
+            ok = False
+            print(f"{n} rank(s): the twin's (iter, loss, grad_norm) {got}\n  the normal step's {want}")
+        if twin["eval_results"] != normal["eval_results"]:
+            ok = False
+            print(f"{n} rank(s): eval {twin['eval_results']} != {normal['eval_results']}")
+        weights = sorted(glob.glob(os.path.join(work, f"hf_normal{n}", "*.safetensors")))
+        assert weights, f"no exported weights under hf_normal{n}"
+        for w in weights:
+            t = os.path.join(work, f"hf_twin{n}", os.path.basename(w))
+            if open(w, "rb").read() != open(t, "rb").read():
+                ok = False
+                print(f"{n} rank(s): final parameters differ: {w} != {t}")
+        assert any(r["grad_norm"] > 0.5 for r in normal["training_iterations"]), "clipping never fired"
+        if ok == ok_before:
+            print(f"{n} rank(s), accum 2: 7 steps bit for bit, eval {twin['eval_results'][-1]}, weights identical")
+    assert ok, "the graph-ready step differs from the normal step"
 
 elif case == "memory_check":
     # A micro-batch predicted to need ~192 GiB per rank is refused at start-up,

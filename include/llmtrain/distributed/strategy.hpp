@@ -34,6 +34,11 @@ struct StrategyOptions {
   // buckets, FSDP's reduce-scatter; FSDP accumulates its gradient shard in fp32).
   torch::ScalarType param_dtype = torch::kFloat;
   torch::ScalarType reduce_dtype = torch::kFloat;
+  // DDP / ZeRO-1: keep the gradient buckets allocated between steps (fixed
+  // addresses, for use_cuda_graphs=True's captured step). Otherwise they are
+  // made during each backward and dropped after the step (issue 46: no
+  // gradient memory through the forward). FSDP keeps its gradient shards.
+  bool persistent_grads = false;
   AdamWHyper adamw;
   static StrategyOptions from_config(const Config& c);
 };
@@ -91,6 +96,7 @@ class Strategy {
   virtual int64_t optimizer_state_bytes() const = 0;
   // Bytes of parameter, gradient and optimizer storage this rank holds between
   // iterations (measured from the tensors' storages): ~1/world of DDP's for FSDP.
+  // DDP / ZeRO-1 hold no gradients between iterations unless persistent_grads.
   virtual int64_t persistent_state_bytes() const = 0;
   // Collective: makes every parameter hold its full current values (FSDP
   // gathers its shards; a no-op elsewhere), e.g. to read or save them. FSDP

@@ -70,10 +70,13 @@ NormOut add_layernorm(const torch::Tensor& x, const torch::Tensor& delta, const 
                       const torch::Tensor& bias, double eps, torch::ScalarType out_dtype,
                       std::optional<Impl> impl = std::nullopt);
 
+// (B, h, T, D) views of (B, T, h, D) storage: the layout SDPA's kernels take
+// (model/layers.cpp's plan_attention probes it), in which cuDNN's attention
+// writes its output too, so c_proj reads that output without a copy (issue 46).
 struct Qkv {
-  torch::Tensor q;  // (B, H, T, D) contiguous
-  torch::Tensor k;  // (B, K, T, D) contiguous
-  torch::Tensor v;  // (B, K, T, D) contiguous
+  torch::Tensor q;  // (B, H, T, D)
+  torch::Tensor k;  // (B, K, T, D)
+  torch::Tensor v;  // (B, K, T, D)
 };
 
 // qkv: (B, T, (H + 2K) * D), the qkv GEMM's output (q heads | k heads | v heads).

@@ -38,6 +38,9 @@ struct MemoryInputs {
   int64_t world_size = 1;
   AttentionBackend attention = AttentionBackend::sdpa;
   bool fsdp_prefetch = true;  // two blocks gathered at a time instead of one
+  // DDP / ZeRO-1: the gradient buckets stay allocated between steps
+  // (use_cuda_graphs=True) instead of being made during each backward.
+  bool persistent_grads = false;
   // The run's inputs (dtype, batch_size, strategy options) at `world_size` ranks.
   static MemoryInputs from_config(const Config& c, int64_t world_size);
 };
