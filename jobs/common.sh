@@ -201,8 +201,9 @@ llmtrain_exec() {
   wait "$tailpid" 2>/dev/null
   _llmtrain_child=""
   # Slurm's SIGTERM at the time limit reaches every process of the job, mpirun
-  # too: Open MPI 4.1 then ends the job itself and exits 1 whatever the ranks
-  # return, although they (signalled directly) finished the iteration, wrote the
+  # too; where mpirun could not be started with SIGTERM blocked (above), Open
+  # MPI 4.1 then ends the job itself and exits 1 whatever the ranks return,
+  # although they (signalled directly) finished the iteration, wrote the
   # checkpoint and left with the requeue code. Their own word decides: rank 0's
   # "stopped by signal ... checkpoint" line in this run's part of the log.
   if ((rc != 0 && rc != LLMTRAIN_REQUEUE_EXIT_CODE && _llmtrain_stop_asked)) &&
