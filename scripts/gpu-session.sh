@@ -38,7 +38,7 @@ prepare() {
     { echo "gpu-session: $b is not a CUDA build (no CMAKE_CUDA_COMPILER in its cache): configure it with nvcc on PATH" >&2; exit 1; }
   cmake --build "$b" -j"${JOBS:-2}"
   mkdir -p .gpu
-  bash scripts/pack-build.sh "$b" .gpu/build.tar.xz
+  bash scripts/pack-build.sh "$b" "$ROOT/.gpu/build.tar.xz"
   if [[ ! -f .gpu/data/index.json ]]; then
     local txt
     txt=$(mktemp -d)
